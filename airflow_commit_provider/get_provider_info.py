@@ -1,0 +1,16 @@
+"""Provider metadata read by Airflow through the ``apache_airflow_provider`` entry point."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import __version__
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": "airflow-commit-provider",
+        "name": "Commit Protocol",
+        "description": "Exactly-once, crash-safe file output: Hadoop's commit protocol for Airflow write stages.",
+        "versions": [__version__],
+    }

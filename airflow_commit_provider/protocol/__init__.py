@@ -1,0 +1,45 @@
+"""The commit protocol core: pure Python over fsspec and pyarrow, with no Airflow import.
+
+Hadoop users will recognise it::
+
+    from airflow_commit_provider.protocol import FileOutputCommitter, run_task_attempt
+
+    committer = FileOutputCommitter("/data/events", "events-2024-01-01", algorithm=1, mode="dynamic",
+                                    partition_by=["day"])
+    committer.setup_job()
+    for task in range(4):
+        run_task_attempt(committer, task, attempt=1, produce=lambda w: w.write(table_for(task)))
+    manifest = committer.commit_job(expected_tasks=4)   # writes _SUCCESS last
+"""
+
+from .committer import (
+    MODES,
+    FileOutputCommitter,
+    JobContext,
+    OutputCommitter,
+    TaskAttemptContext,
+    normalize_algorithm,
+    read_success_marker,
+)
+from .errors import (
+    CommitDenied,
+    CommitProtocolError,
+    CorruptRecord,
+    InvalidOutputSpec,
+    JobAlreadyCommitted,
+    JobConfigMismatch,
+    JobIncomplete,
+    JobNotSetUp,
+    StorageCapabilityError,
+)
+from .layout import JobLayout, check_job_id
+from .store import LocalStore, Store, store_for
+from .task import TaskOutcome, run_task_attempt
+from .writer import TaskAttemptWriter
+
+__all__ = [
+    "MODES", "CommitDenied", "CommitProtocolError", "CorruptRecord", "FileOutputCommitter", "InvalidOutputSpec",
+    "JobAlreadyCommitted", "JobConfigMismatch", "JobContext", "JobIncomplete", "JobLayout", "JobNotSetUp",
+    "LocalStore", "OutputCommitter", "StorageCapabilityError", "Store", "TaskAttemptContext", "TaskAttemptWriter",
+    "TaskOutcome", "check_job_id", "normalize_algorithm", "read_success_marker", "run_task_attempt", "store_for",
+]

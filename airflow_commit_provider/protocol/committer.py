@@ -1,0 +1,780 @@
+"""Hadoop's OutputCommitter in Python, and FileOutputCommitter (algorithms 1 and 2) over any coordinated store.
+
+A Hadoop user should find the operations where they expect them:
+
+=========================  ==========================================================================
+``setup_job()``            job record (once per generation), next application attempt, target exists
+``setup_task(t, a)``       work directory of task attempt *a* of task *t*
+``needs_task_commit(ta)``  ``False`` only when this attempt has already committed
+``commit_task(ta)``        the commit decision (exclusive creation of the task commit record), then
+                           its effect: v1 renames the attempt directory to the committed task
+                           directory, v2 moves the files into the output
+``abort_task(ta)``         marks the attempt failed (it can never commit later) and deletes its files
+``recover_task(t)``        adopts a task committed in an earlier application attempt, no data rewritten
+``commit_job(tasks)``      verifies completeness, fixes a plan, moves in parallel, replaces old data,
+                           writes the commit log, cleans up, writes ``_SUCCESS`` last; resumable
+``abort_job()``            removes this job's work (and, for v2, its already visible files)
+=========================  ==========================================================================
+
+Every decision is a record on the store (see :mod:`.records`), so the committer object holds configuration only
+and any process can build one for a job and act on it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
+
+from . import records
+from .errors import (
+    CommitDenied,
+    CommitProtocolError,
+    CorruptRecord,
+    InvalidOutputSpec,
+    JobAlreadyCommitted,
+    JobConfigMismatch,
+    JobIncomplete,
+    JobNotSetUp,
+)
+from .faults import inject
+from .layout import COMMITS, SUCCESS, TEMPORARY, JobLayout, check_job_id
+from .paths import check_partition_key, is_hidden, partition_of
+from .store import Store, store_for
+
+MODES = ("error", "append", "overwrite", "dynamic")
+_ALGORITHMS = {"1": 1, "v1": 1, "2": 2, "v2": 2}
+
+T = TypeVar("T")
+
+
+def normalize_algorithm(algorithm: int | str) -> int:
+    """``1``/``"v1"``/``"1"`` -> 1, ``2``/``"v2"`` -> 2; anything else is refused by name."""
+    key = str(algorithm).strip().lower()
+    if key not in _ALGORITHMS:
+        raise InvalidOutputSpec(
+            f"unknown FileOutputCommitter algorithm {algorithm!r}: use 1 (v1, atomic job commit) or 2 (v2, task "
+            "commit moves files into the output; faster, partial output visible on failure)")
+    return _ALGORITHMS[key]
+
+
+def check_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise InvalidOutputSpec(f"unknown output mode {mode!r}: use one of {', '.join(MODES)}")
+    return mode
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What :meth:`OutputCommitter.setup_job` established: the generation and the application attempt."""
+
+    job_id: str
+    job_uuid: str
+    generation: int
+    app_attempt: int
+    first_app_attempt: int
+    #: ``"running"``, or ``"committing"`` when a job commit had already started (setup then changes nothing)
+    state: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TaskAttemptContext:
+    """One task attempt: Hadoop's TaskAttemptID with its work directory (relative to the output root)."""
+
+    job_id: str
+    job_uuid: str
+    app_attempt: int
+    task: int
+    attempt: int
+    work_dir: str
+
+    @property
+    def name(self) -> str:
+        return self.work_dir.rsplit("/", 1)[-1]
+
+
+def _check_number(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidOutputSpec(f"{what} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def parallel(fn: Callable[[T], Any], items: Sequence[T], threads: int) -> None:
+    """Run *fn* over *items* with *threads* workers; the first exception propagates after the pool drains."""
+    if threads <= 1 or len(items) <= 1:
+        for item in items:
+            fn(item)
+        return
+    with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
+        for _ in pool.map(fn, items):
+            pass
+
+
+class OutputCommitter(ABC):
+    """Hadoop's OutputCommitter contract."""
+
+    @abstractmethod
+    def setup_job(self) -> JobContext: ...
+
+    @abstractmethod
+    def setup_task(self, task: int, attempt: int) -> TaskAttemptContext: ...
+
+    @abstractmethod
+    def needs_task_commit(self, ta: TaskAttemptContext) -> bool: ...
+
+    @abstractmethod
+    def commit_task(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None = None) -> dict[str, Any]:
+        ...
+
+    @abstractmethod
+    def abort_task(self, ta: TaskAttemptContext) -> bool: ...
+
+    @abstractmethod
+    def recover_task(self, task: int) -> dict[str, Any] | None: ...
+
+    def is_recovery_supported(self) -> bool:
+        return True
+
+    @abstractmethod
+    def commit_job(self, expected_tasks: int | Iterable[int] | None = None) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def abort_job(self) -> dict[str, Any]: ...
+
+
+class FileOutputCommitter(OutputCommitter):
+    """Hadoop's FileOutputCommitter, algorithms 1 and 2, scoped per job, with recovery and resumable job commit.
+
+    :param output: output root: local path, ``memory://...``, ``s3://...`` or a :class:`Store`.
+    :param job_id: stable across retries and clears of the job (one write stage of one DAG run).
+    :param algorithm: 1 (task output hidden until job commit) or 2 (task commit moves files into the output).
+    :param mode: ``error`` (target must hold no data), ``append``, ``overwrite`` (old data replaced at job
+        commit), ``dynamic`` (only the partitions this job wrote are replaced).
+    :param partition_by: partition columns, in directory order.
+    :param commit_threads: parallel file moves at job commit; default depends on the store.
+    :param labels: free-form JSON values copied into ``_SUCCESS`` (dag id, run id, ...).
+    """
+
+    committer_name = "FileOutputCommitter"
+
+    def __init__(self, output: Any, job_id: str, *, algorithm: int | str = 1, mode: str = "error",
+                 partition_by: Iterable[str] = (), commit_threads: int | None = None, fs: Any = None,
+                 storage_options: dict[str, Any] | None = None, labels: Mapping[str, Any] | None = None) -> None:
+        self.store: Store = store_for(output, fs=fs, storage_options=storage_options)
+        self.job_id = check_job_id(job_id)
+        self.algorithm = normalize_algorithm(algorithm)
+        self.mode = check_mode(mode)
+        if isinstance(partition_by, str):
+            partition_by = [partition_by]
+        self.partition_by = tuple(check_partition_key(k) for k in partition_by)
+        if len(set(self.partition_by)) != len(self.partition_by):
+            raise InvalidOutputSpec(f"partition columns repeat: {self.partition_by}")
+        if self.mode == "dynamic" and not self.partition_by:
+            raise InvalidOutputSpec("mode='dynamic' replaces the partitions a job writes, so it needs partition_by")
+        if commit_threads is not None:
+            _check_number(commit_threads, "commit_threads")
+            if commit_threads < 1:
+                raise InvalidOutputSpec("commit_threads must be at least 1")
+        self.commit_threads = commit_threads or self.store.default_commit_threads
+        self.labels = dict(labels or {})
+        self.layout = JobLayout(self.job_id)
+
+    # ------------------------------------------------------------------ records
+    @property
+    def algorithm_name(self) -> str:
+        return f"v{self.algorithm}"
+
+    def _config(self) -> dict[str, Any]:
+        return {"committer": self.committer_name, "algorithm": self.algorithm, "mode": self.mode,
+                "partition_by": list(self.partition_by)}
+
+    def job_record(self) -> dict[str, Any] | None:
+        """The current generation's job record, or ``None`` (never set up, or committed and cleaned up)."""
+        return records.read(self.store, self.layout.job_record, "job")
+
+    def commit_log(self) -> dict[str, Any] | None:
+        """The job's commit log (``_commits/<job>.json``): the last committed generation's manifest."""
+        return records.read(self.store, self.layout.commit_log, "commit-log")
+
+    def _require_job(self) -> dict[str, Any]:
+        job = self.job_record()
+        if job is None:
+            if self.commit_log() is not None:
+                raise JobAlreadyCommitted(
+                    f"job {self.job_id} at {self.store.url()} is committed and cleaned up; a new generation starts "
+                    "only through setup_job()")
+            raise JobNotSetUp(f"job {self.job_id} has no job record at {self.store.url(self.layout.job_record)}; "
+                              "run setup_job() first")
+        self._check_config(job)
+        return job
+
+    def _check_config(self, job: Mapping[str, Any]) -> None:
+        recorded = {k: job.get(k) for k in ("committer", "algorithm", "mode", "partition_by")}
+        if recorded != self._config():
+            raise JobConfigMismatch(
+                f"job {self.job_id} was set up with {recorded}, but this committer has {self._config()}; "
+                "a job keeps its committer, algorithm, mode and partitioning across attempts")
+
+    def _app_attempts(self, job: Mapping[str, Any]) -> list[int]:
+        first = int(job["first_app_attempt"])
+        apps = sorted((int(n) for n in self.store.list_dir(self.layout.job_dir) if n.isdigit() and int(n) >= first),
+                      reverse=True)
+        return [n for n in apps if self.store.exists(self.layout.app_marker(n))]
+
+    def current_app_attempt(self, job: Mapping[str, Any] | None = None) -> int:
+        """The newest application attempt of the current generation."""
+        job = job or self._require_job()
+        apps = self._app_attempts(job)
+        if not apps:
+            raise JobNotSetUp(f"job {self.job_id} has no application attempt; run setup_job() first")
+        return apps[0]
+
+    def _plan(self, job: Mapping[str, Any]) -> dict[str, Any] | None:
+        return records.read(self.store, self.layout.plan(job["job_uuid"]), "commit-plan")
+
+    def _task_record(self, app: int, task: int) -> dict[str, Any] | None:
+        return records.read(self.store, self.layout.task_record(app, task), "task-commit")
+
+    def _visible_files(self, prefix: str = "") -> dict[str, int]:
+        """Data files readers would see under *prefix* (names starting with ``_`` or ``.`` excluded)."""
+        base = f"{prefix}/" if prefix else ""
+        return {base + rel: size for rel, size in self.store.list_files(prefix) if not is_hidden(base + rel)}
+
+    # ------------------------------------------------------------------ job setup
+    def setup_job(self) -> JobContext:
+        """Allocate the next application attempt; create the job record and the target on the first one.
+
+        Idempotent in effect and never touches committed work: a re-run after a successful commit starts a new
+        generation (new job uuid) whose commit will replace the previous generation's files; a re-run while a job
+        commit is under way changes nothing, so that the commit can be resumed.
+        """
+        self._check_target()
+        inject("setup_job.before_record")
+        job = self.job_record()
+        if job is None:
+            job = self._create_job_record()
+        self._check_config(job)
+        plan = self._plan(job)
+        if plan is not None:
+            return self._job_context(job, int(plan["app_attempt"]), "committing")
+        apps = self._app_attempts(job)
+        app = apps[0] + 1 if apps else int(job["first_app_attempt"])
+        while not self.store.create_exclusive(
+                self.layout.app_marker(app),
+                records.dumps("app-attempt", {"app_attempt": app, "job_uuid": job["job_uuid"],
+                                              "started": records.now_iso(), "labels": self.labels})):
+            app += 1
+        inject("setup_job.after_app_attempt")
+        return self._job_context(job, app, "running")
+
+    def _job_context(self, job: Mapping[str, Any], app: int, state: str) -> JobContext:
+        return JobContext(job_id=self.job_id, job_uuid=job["job_uuid"], generation=int(job["generation"]),
+                          app_attempt=app, first_app_attempt=int(job["first_app_attempt"]), state=state)
+
+    def _check_target(self) -> None:
+        if self.store.exists("") and not self.store.isdir(""):
+            raise InvalidOutputSpec(f"output root {self.store.url()} is a file, not a directory")
+
+    def _create_job_record(self) -> dict[str, Any]:
+        log = self.commit_log()
+        replaces = None
+        generation, first_app = 0, 0
+        if log is not None:
+            generation = int(log["generation"]) + 1
+            first_app = int(log["app_attempt"]) + 1
+            replaces = {"job_uuid": log["job_uuid"], "generation": log["generation"],
+                        "files": [f["path"] for f in log["files"]]}
+        if self.mode == "error":
+            self._check_empty(set(replaces["files"]) if replaces else set())
+        self.store.ensure_root()
+        body = {**self._config(), "job_id": self.job_id, "job_uuid": str(uuid.uuid4()), "generation": generation,
+                "first_app_attempt": first_app, "created": records.now_iso(), "labels": self.labels,
+                "replaces": replaces}
+        self.store.create_exclusive(self.layout.job_record, records.dumps("job", body))
+        job = self.job_record()
+        if job is None:  # pragma: no cover - created just above, or by a concurrent setup
+            raise CommitProtocolError(f"job record {self.store.url(self.layout.job_record)} vanished")
+        return job
+
+    def _check_empty(self, own_files: set[str]) -> None:
+        others = sorted(set(self._visible_files()) - own_files)
+        if others:
+            shown = ", ".join(others[:5]) + (" ..." if len(others) > 5 else "")
+            raise InvalidOutputSpec(
+                f"output {self.store.url()} already holds {len(others)} data file(s) ({shown}) and mode is 'error'; "
+                "use mode='append', 'overwrite' or 'dynamic' to write there")
+
+    # ------------------------------------------------------------------ task attempts
+    def setup_task(self, task: int, attempt: int) -> TaskAttemptContext:
+        """Create the work directory of one task attempt in the current application attempt."""
+        _check_number(task, "task")
+        _check_number(attempt, "attempt")
+        job = self._require_job()
+        app = self.current_app_attempt(job)
+        work_dir = self.layout.attempt_dir(app, task, attempt)
+        self.store.makedirs(work_dir)
+        inject("setup_task.after_dir")
+        return TaskAttemptContext(self.job_id, job["job_uuid"], app, task, attempt, work_dir)
+
+    def needs_task_commit(self, ta: TaskAttemptContext) -> bool:
+        """Every attempt needs a commit record, even with no files (job commit counts tasks, I3); ``False``
+        only when this very attempt is already recorded as the task's committer."""
+        rec = self._task_record(ta.app_attempt, ta.task)
+        return not (rec is not None and rec["attempt"] == ta.attempt)
+
+    def _claim(self, ta: TaskAttemptContext, state: str) -> str:
+        """Exclusively set this attempt's claim to *state*; return the claim that holds (ours or the earlier one)."""
+        rel = self.layout.attempt_claim(ta.app_attempt, ta.task, ta.attempt)
+        if self.store.create_exclusive(rel, state.encode()):
+            return state
+        return self.store.read_bytes(rel).decode()
+
+    def commit_task(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None = None) -> dict[str, Any]:
+        """Commit one task attempt, or raise :class:`CommitDenied` after removing its files.
+
+        The decision is the exclusive creation of the task commit record; everything after it (rename, moves) is
+        an effect any later party can finish from the record. Asking again as the winner returns the record.
+        """
+        inject("commit_task.before_record")
+        job = self._require_job()
+        if ta.job_uuid != job["job_uuid"]:
+            self.store.delete_tree(ta.work_dir)
+            raise CommitDenied(f"task attempt {ta.name} belongs to job generation {ta.job_uuid}, the job is now "
+                               f"{job['job_uuid']}; its files were removed", task=ta.task, attempt=ta.attempt)
+        plan = self._plan(job)
+        if plan is not None:
+            rec = plan["tasks"].get(str(ta.task))
+            if rec is not None and rec["attempt"] == ta.attempt and rec["app_attempt"] == ta.app_attempt:
+                return rec
+            self.store.delete_tree(ta.work_dir)
+            raise CommitDenied(f"job {self.job_id} is already committing; task {ta.task} is committed by "
+                               f"{rec and rec['attempt']}", task=ta.task, attempt=ta.attempt, winner=rec)
+        if self._claim(ta, "committing") == "failed":
+            self.store.delete_tree(ta.work_dir)
+            raise CommitDenied(f"task attempt {ta.name} was recorded as failed and cannot commit; its files were "
+                               "removed", task=ta.task, attempt=ta.attempt, attempt_failed=True)
+        rec_path = self.layout.task_record(ta.app_attempt, ta.task)
+        existing = self._task_record(ta.app_attempt, ta.task)
+        if existing is None:
+            body = self._new_task_record(ta, rows)
+            if self.store.create_exclusive(rec_path, records.dumps("task-commit", body)):
+                existing = records.loads("task-commit", records.dumps("task-commit", body), rec_path)
+                inject("commit_task.after_record")
+            else:
+                existing = self._task_record(ta.app_attempt, ta.task)
+        assert existing is not None
+        self._complete_task_commit(existing)
+        if existing["attempt"] != ta.attempt or existing.get("recovered_from_app") is not None:
+            self.store.delete_tree(ta.work_dir)
+            raise CommitDenied(
+                f"task {ta.task} of job {self.job_id} was already committed by attempt {existing['attempt']} "
+                f"(application attempt {existing['app_attempt']}); attempt {ta.attempt}'s files were removed",
+                task=ta.task, attempt=ta.attempt, winner=existing)
+        inject("commit_task.after_move")
+        return existing
+
+    def _new_task_record(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None) -> dict[str, Any]:
+        rows = dict(rows or {})
+        files = []
+        for rel, size in sorted(self.store.list_files(ta.work_dir)):
+            if is_hidden(rel):
+                continue
+            n = rows.get(rel)
+            if n is None and rel.endswith(".parquet"):
+                n = self._parquet_rows(f"{ta.work_dir}/{rel}")
+            files.append({"path": rel, "size": size, "rows": n, "task": ta.task})
+        data_dir = self.layout.task_dir(ta.app_attempt, ta.task) if self.algorithm == 1 else ""
+        return {"job_id": self.job_id, "job_uuid": ta.job_uuid, "task": ta.task, "attempt": ta.attempt,
+                "app_attempt": ta.app_attempt, "work_dir": ta.work_dir, "data_dir": data_dir,
+                "recovered_from_app": None, "committed": records.now_iso(), "files": files}
+
+    def _parquet_rows(self, rel: str) -> int | None:
+        import pyarrow.parquet as pq
+
+        try:
+            return int(pq.read_metadata(io.BytesIO(self.store.read_bytes(rel))).num_rows)
+        except Exception:  # not a Parquet file after all: rows unknown
+            return None
+
+    def _complete_task_commit(self, rec: Mapping[str, Any]) -> None:
+        """Finish the effect of a task commit record (idempotent; safe for any process to run)."""
+        if rec.get("recovered_from_app") is not None:
+            return
+        src, data_dir = rec["work_dir"], rec["data_dir"]
+        if self.algorithm == 1:
+            if self.store.atomic_dir_rename:
+                if not self.store.exists(data_dir) and self.store.exists(src):
+                    self.store.rename_dir(src, data_dir)
+                    inject("commit_task.mid_move")
+            else:
+                for f in rec["files"]:
+                    if self.store.exists(f"{src}/{f['path']}"):
+                        self.store.move_file(f"{src}/{f['path']}", f"{data_dir}/{f['path']}")
+                        inject("commit_task.mid_move")
+            self._require_files(rec, data_dir)
+            return
+        for f in rec["files"]:
+            dst = f["path"]
+            if self.store.exists(f"{src}/{dst}"):
+                self.store.move_file(f"{src}/{dst}", dst)
+                inject("commit_task.mid_move")
+            elif not self.store.exists(dst):
+                raise CorruptRecord(f"task {rec['task']}: committed file {dst} is neither in {src} nor in the "
+                                    "output; the data was deleted outside the protocol")
+        self.store.delete_tree(src)
+
+    def _require_files(self, rec: Mapping[str, Any], data_dir: str) -> None:
+        if rec["files"] and not self.store.exists(data_dir):
+            raise CorruptRecord(f"task {rec['task']} is recorded as committed with {len(rec['files'])} file(s) but "
+                                f"{self.store.url(data_dir)} does not exist; the data was deleted outside the protocol")
+
+    def abort_task(self, ta: TaskAttemptContext) -> bool:
+        """Mark the attempt failed, so it can never commit, and delete its files.
+
+        Returns ``False`` and changes nothing when the attempt had already started to commit (its claim is
+        ``committing``): a commit in flight wins over a late abort, and a denied commit removes its own files.
+        """
+        if self._claim(ta, "failed") != "failed":
+            return False
+        inject("abort_task.after_marker")
+        self.store.delete_tree(ta.work_dir)
+        inject("abort_task.mid_delete")
+        return True
+
+    # ------------------------------------------------------------------ recovery
+    def recover_task(self, task: int) -> dict[str, Any] | None:
+        """The task's commit record in the current application attempt, adopting one from an earlier attempt.
+
+        Hadoop moves ``<app-1>/<task>`` into ``<app>``; we create a record in the current attempt that points at the
+        earlier attempt's committed data, so recovery is one atomic step with no data moved (no copy on S3).
+        ``None`` when no application attempt of this generation committed the task.
+        """
+        _check_number(task, "task")
+        job = self._require_job()
+        app = self.current_app_attempt(job)
+        return self._recover(job, app, task)
+
+    def _recover(self, job: Mapping[str, Any], app: int, task: int) -> dict[str, Any] | None:
+        rec = self._task_record(app, task)
+        if rec is not None:
+            return rec
+        for old_app in self._app_attempts(job):
+            if old_app >= app:
+                continue
+            old = self._task_record(old_app, task)
+            if old is None:
+                continue
+            self._complete_task_commit(old)
+            inject("recover_task.before_record")
+            adopted = {**old, "app_attempt": app,
+                       "recovered_from_app": old["recovered_from_app"] if old["recovered_from_app"] is not None
+                       else old_app, "original_app_attempt": old.get("original_app_attempt", old_app),
+                       "recovered": records.now_iso()}
+            self.store.create_exclusive(self.layout.task_record(app, task), records.dumps("task-commit", adopted))
+            inject("recover_task.after_record")
+            return self._task_record(app, task)
+        return None
+
+    # ------------------------------------------------------------------ job commit
+    def _registered_tasks(self, job: Mapping[str, Any]) -> set[int]:
+        tasks: set[int] = set()
+        for app in self._app_attempts(job):
+            for name in self.store.list_dir(f"{self.layout.app_dir(app)}/_commits"):
+                if name.startswith("task_") and name.endswith(".json"):
+                    tasks.add(int(name[5:-5]))
+            for name in self.store.list_dir(f"{self.layout.app_dir(app)}/{TEMPORARY}"):
+                if name.startswith("attempt_"):
+                    tasks.add(int(name.split("_")[1]))
+        return tasks
+
+    def commit_job(self, expected_tasks: int | Iterable[int] | None = None) -> dict[str, Any]:
+        """Commit the job: the output then holds exactly one committed attempt of every expected task.
+
+        *expected_tasks* is a task count (``range(n)``) or the task numbers; ``None`` means every task that set up an
+        attempt. A crash at any point is finished by calling this again; the result is the same as an uninterrupted
+        run. Returns the ``_SUCCESS`` manifest.
+        """
+        t_start = time.monotonic()
+        started = records.now_iso()
+        job = self.job_record()
+        if job is None:
+            log = self.commit_log()
+            if log is None:
+                raise JobNotSetUp(f"job {self.job_id} was never set up at {self.store.url()}")
+            return self._ensure_success(log)
+        self._check_config(job)
+        durations: dict[str, float] = {}
+        plan = self._plan(job)
+        resumed = plan is not None
+        if plan is None:
+            plan = self._make_plan(job, expected_tasks, durations, started)
+        inject("commit_job.after_plan")
+        return self._execute(job, plan, durations, resumed, t_start)
+
+    def _make_plan(self, job: Mapping[str, Any], expected_tasks: int | Iterable[int] | None,
+                   durations: dict[str, float], started: str) -> dict[str, Any]:
+        t0 = time.monotonic()
+        app = self.current_app_attempt(job)
+        if expected_tasks is None:
+            tasks = sorted(self._registered_tasks(job))
+        elif isinstance(expected_tasks, int) and not isinstance(expected_tasks, bool):
+            tasks = list(range(_check_number(expected_tasks, "expected_tasks")))
+        else:
+            tasks = sorted({_check_number(t, "task") for t in expected_tasks})
+        recs: dict[int, dict[str, Any]] = {}
+        missing: list[int] = []
+
+        def recover(task: int) -> None:
+            rec = self._recover(job, app, task)
+            if rec is None:
+                missing.append(task)
+            else:
+                recs[task] = rec
+
+        parallel(recover, tasks, self.commit_threads)
+        if missing:
+            missing.sort()
+            shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
+            raise JobIncomplete(f"job {self.job_id} cannot commit: {len(missing)} of {len(tasks)} expected task(s) "
+                                f"have no committed attempt: {shown}", missing)
+        inject("commit_job.after_recovery")
+        parallel(self._complete_task_commit, list(recs.values()), self.commit_threads)
+        durations["recovery"] = round(time.monotonic() - t0, 6)
+        t0 = time.monotonic()
+        dsts: dict[str, int] = {}
+        for task in tasks:
+            for f in recs[task]["files"]:
+                if f["path"] in dsts:
+                    raise InvalidOutputSpec(f"tasks {dsts[f['path']]} and {task} both wrote {f['path']}; file names "
+                                            "must be unique across tasks (include the task number)")
+                dsts[f["path"]] = task
+        replaced = set((job.get("replaces") or {}).get("files", []))
+        if self.mode == "error":
+            self._check_empty(replaced | set(dsts))
+        visible = set(self._visible_files())
+        deletions: set[str] = set()
+        if self.mode == "overwrite":
+            deletions = set(visible)
+        elif self.mode == "dynamic":
+            parts = {partition_of(p) for p in dsts}
+            deletions = {p for p in visible if partition_of(p) in parts}
+        elif self.algorithm == 1:
+            clobbered = sorted(p for p in dsts if p in visible and p not in replaced)
+            if clobbered:
+                raise InvalidOutputSpec(f"{self.mode} would replace existing file(s) {clobbered[:5]} in "
+                                        f"{self.store.url()}; nothing was changed")
+        deletions |= replaced & visible
+        deletions -= set(dsts)
+        plan = {"job_id": self.job_id, "job_uuid": job["job_uuid"], "app_attempt": app, "started": started,
+                "tasks": {str(t): recs[t] for t in tasks}, "deletions": sorted(deletions)}
+        self.store.create_exclusive(self.layout.plan(job["job_uuid"]), records.dumps("commit-plan", plan))
+        durations["plan"] = round(time.monotonic() - t0, 6)
+        stored = self._plan(job)
+        assert stored is not None
+        return stored
+
+    def _execute(self, job: Mapping[str, Any], plan: Mapping[str, Any], durations: dict[str, float],
+                 resumed: bool, t_start: float) -> dict[str, Any]:
+        recs = [plan["tasks"][k] for k in sorted(plan["tasks"], key=int)]
+        moves: list[tuple[str, str]] = []
+        if self.algorithm == 1:
+            moves = [(f"{rec['data_dir']}/{f['path']}", f["path"]) for rec in recs for f in rec["files"]]
+        t0 = time.monotonic()
+        for d in sorted({partition_of(dst) for _, dst in moves} - {""}):
+            self.store.makedirs(d)
+
+        def move(pair: tuple[str, str]) -> None:
+            src, dst = pair
+            try:
+                self.store.move_file(src, dst)
+            except FileNotFoundError:
+                if not self.store.exists(dst):
+                    raise CorruptRecord(f"job {self.job_id}: {src} is gone and {dst} was never written") from None
+                return
+            inject("commit_job.mid_move")
+
+        parallel(move, moves, self.commit_threads)
+        if self.algorithm == 2:
+            present = {rel for rel, _ in self.store.list_files("")}
+            lost = [f["path"] for rec in recs for f in rec["files"] if f["path"] not in present]
+            if lost:
+                raise CorruptRecord(f"job {self.job_id}: committed v2 file(s) missing from the output: {lost[:5]}")
+        inject("commit_job.after_moves")
+        durations["moves"] = round(time.monotonic() - t0, 6)
+        t0 = time.monotonic()
+        deletions = plan["deletions"]
+
+        def delete(rel: str) -> None:
+            self.store.delete_file(rel)
+            inject("commit_job.mid_delete")
+
+        parallel(delete, deletions, self.commit_threads)
+        for d in sorted({partition_of(p) for p in deletions} - {""}, key=lambda p: -p.count("/")):
+            while d and self.store.remove_dir_if_empty(d):
+                d = partition_of(d)
+        inject("commit_job.after_deletes")
+        durations["deletes"] = round(time.monotonic() - t0, 6)
+        manifest = self._manifest(job, plan, recs, durations, resumed)
+        t0 = time.monotonic()
+        previous = self.commit_log()
+        history = []
+        if previous is not None and previous["job_uuid"] != job["job_uuid"]:
+            history = previous.get("history", []) + [{k: previous.get(k) for k in (
+                "job_uuid", "generation", "app_attempt", "finished", "totals")}]
+        elif previous is not None:
+            history = previous.get("history", [])
+        self.store.write_bytes(self.layout.commit_log, records.dumps("commit-log", {**manifest, "history": history}))
+        inject("commit_job.after_commit_log")
+        durations["commit_log"] = round(time.monotonic() - t0, 6)
+        if self.mode == "dynamic":
+            self._write_partition_markers(manifest)
+        t0 = time.monotonic()
+        # The job record goes first: without it (and with the commit log) the generation counts as committed,
+        # whatever a crash leaves of the rest of the tree.
+        self.store.delete_file(self.layout.job_record)
+        self.store.delete_tree(self.layout.job_dir)
+        self.store.remove_dir_if_empty(TEMPORARY)
+        inject("commit_job.after_cleanup")
+        durations["cleanup"] = round(time.monotonic() - t0, 6)
+        durations["total"] = round(time.monotonic() - t_start, 6)
+        manifest["durations"] = dict(durations)
+        self.store.write_bytes(SUCCESS, records.dumps("success", manifest))
+        inject("commit_job.after_success")
+        return manifest
+
+    def _manifest(self, job: Mapping[str, Any], plan: Mapping[str, Any], recs: list[dict[str, Any]],
+                  durations: dict[str, float], resumed: bool) -> dict[str, Any]:
+        files = [{"path": f["path"], "size": f["size"], "rows": f.get("rows"), "task": rec["task"]}
+                 for rec in recs for f in rec["files"]]
+        files.sort(key=lambda f: f["path"])
+        rows = [f["rows"] for f in files]
+        warnings = []
+        if self.algorithm == 2:
+            warnings.append("algorithm v2: each task's files became visible at its task commit, before job commit; "
+                            "readers during the job could see partial output")
+        partitions = sorted({partition_of(f["path"]) for f in files} - {""})
+        return {
+            "committer": self.committer_name, "algorithm": self.algorithm, "mode": self.mode,
+            "partition_by": list(self.partition_by), "job_id": self.job_id, "job_uuid": job["job_uuid"],
+            "generation": job["generation"], "app_attempt": plan["app_attempt"], "labels": job.get("labels", {}),
+            "started": plan["started"], "finished": records.now_iso(), "output": self.store.url(),
+            "files": files,
+            "totals": {"files": len(files), "bytes": sum(f["size"] for f in files),
+                       "rows": sum(r for r in rows if r is not None) if None not in rows else None,
+                       "tasks": len(recs), "partitions": len(partitions)},
+            "partitions": partitions,
+            "tasks": [{"task": r["task"], "attempt": r["attempt"], "app_attempt": r["app_attempt"],
+                       "recovered_from_app": r.get("recovered_from_app"), "files": len(r["files"])} for r in recs],
+            "deleted": {"files": len(plan["deletions"])},
+            "replaced_generation": (job.get("replaces") or {}).get("job_uuid"),
+            "durations": dict(durations),
+            "diagnostics": {"resumed": resumed, "commit_threads": self.commit_threads, "store": self.store.protocol,
+                            "visibility": "task-commit" if self.algorithm == 2 else "job-commit",
+                            "warnings": warnings, "pid": os.getpid()},
+        }
+
+    def _write_partition_markers(self, manifest: Mapping[str, Any]) -> None:
+        by_part: dict[str, list[dict[str, Any]]] = {}
+        for f in manifest["files"]:
+            by_part.setdefault(partition_of(f["path"]), []).append(f)
+        for part, files in by_part.items():
+            if not part:
+                continue
+            doc = {**manifest, "partition": part, "files": files, "partitions": [part],
+                   "totals": {"files": len(files), "bytes": sum(f["size"] for f in files),
+                              "rows": sum(f["rows"] or 0 for f in files), "tasks": len({f["task"] for f in files}),
+                              "partitions": 1}}
+            self.store.write_bytes(f"{part}/{SUCCESS}", records.dumps("success", doc))
+
+    def _ensure_success(self, log: Mapping[str, Any]) -> dict[str, Any]:
+        """Job already committed and cleaned up: make sure ``_SUCCESS`` was written (a crash may have come first)."""
+        manifest = {k: v for k, v in log.items() if k not in ("format", "version", "history")}
+        current = records.read(self.store, SUCCESS, "success")
+        if current is None or (current.get("job_id"), current.get("job_uuid")) == (self.job_id, log["job_uuid"]) \
+                or str(current.get("finished", "")) <= str(log["finished"]):
+            self.store.write_bytes(SUCCESS, records.dumps("success", manifest))
+        return manifest
+
+    # ------------------------------------------------------------------ abort
+    def abort_job(self) -> dict[str, Any]:
+        """Remove this job's uncommitted work, leaving the target as it was before the job.
+
+        Refuses (returns ``state="committing"``) once a job commit has fixed its plan: from then on only rolling
+        forward is safe, and the next ``commit_job`` finishes the commit. Never touches another job's work.
+        """
+        job = self.job_record()
+        if job is None:
+            state = "committed" if self.commit_log() is not None else "absent"
+            return {"job_id": self.job_id, "state": state, "aborted": False}
+        if self._plan(job) is not None:
+            return {"job_id": self.job_id, "state": "committing", "aborted": False}
+        removed_visible = 0
+        apps = self._app_attempts(job)
+        if self.algorithm == 2:
+            for app in apps:
+                for name in self.store.list_dir(f"{self.layout.app_dir(app)}/_commits"):
+                    rec = records.read(self.store, f"{self.layout.app_dir(app)}/_commits/{name}", "task-commit")
+                    for f in (rec or {}).get("files", []):
+                        if rec and rec.get("recovered_from_app") is None and self.store.exists(f["path"]):
+                            self.store.delete_file(f["path"])
+                            removed_visible += 1
+        for name in sorted(self.store.list_dir(self.layout.job_dir)):
+            if name.isdigit():
+                self.store.delete_tree(self.layout.app_dir(int(name)))
+                inject("abort_job.mid_delete")
+        self.store.delete_file(self.layout.job_record)
+        self.store.delete_tree(self.layout.job_dir)
+        self.store.remove_dir_if_empty(TEMPORARY)
+        inject("abort_job.after_delete")
+        return {"job_id": self.job_id, "state": "aborted", "aborted": True, "app_attempts": sorted(apps),
+                "visible_files_removed": removed_visible}
+
+
+def read_success_marker(path: Any, *, fs: Any = None, storage_options: dict[str, Any] | None = None,
+                        verify_files: bool = False) -> dict[str, Any]:
+    """Load and validate the ``_SUCCESS`` manifest of an output root (or of a partition of it).
+
+    *path* is the output root or the ``_SUCCESS`` file itself. With *verify_files*, every listed file must exist
+    with its recorded size. Raises :class:`FileNotFoundError` when there is no ``_SUCCESS`` and
+    :class:`CorruptRecord` naming the problem when it is not a valid manifest.
+    """
+    text = os.fspath(path) if hasattr(path, "__fspath__") else str(path)
+    root = text[: -len(SUCCESS) - 1] if text.rstrip("/").endswith("/" + SUCCESS) else text
+    store = store_for(root, fs=fs, storage_options=storage_options)
+    try:
+        data = store.read_bytes(SUCCESS)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no _SUCCESS at {store.url(SUCCESS)}: the job has not committed") from None
+    where = store.url(SUCCESS)
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptRecord(f"{where} is not valid JSON ({exc}); it is truncated or was not written by "
+                            "airflow-commit-provider") from exc
+    manifest = records.validate_success(doc, where)
+    if verify_files:
+        # A partition's _SUCCESS lists paths from the output root; its own directory is the partition.
+        base = manifest.get("partition") or ""
+        sizes = dict(store.list_files(""))
+        for f in manifest["files"]:
+            rel = f["path"][len(base) + 1:] if base else f["path"]
+            if sizes.get(rel) != f["size"]:
+                raise CorruptRecord(f"{where} lists {f['path']} with {f['size']} bytes, but the output has "
+                                    f"{'no such file' if rel not in sizes else str(sizes[rel]) + ' bytes'}")
+    return manifest
+
+
+__all__ = [
+    "COMMITS", "FileOutputCommitter", "JobContext", "OutputCommitter", "TaskAttemptContext", "read_success_marker",
+    "MODES", "normalize_algorithm",
+]

@@ -1,0 +1,62 @@
+"""Exceptions of the commit protocol.
+
+Every error names the problem and the path or task it concerns, because the person reading it is usually a DAG
+author looking at a failed task log, not the author of this code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CommitProtocolError(Exception):
+    """Base class of every error raised by the protocol."""
+
+
+class InvalidOutputSpec(CommitProtocolError, ValueError):
+    """Bad configuration or bad input: unknown algorithm or mode, path traversal, non-empty target in error mode."""
+
+
+class CommitDenied(CommitProtocolError):
+    """A task attempt asked to commit and was refused.
+
+    ``winner`` is the commit record of the attempt that did commit the task (a plain dict), or ``None`` when the
+    attempt was refused because it was itself recorded as failed or belongs to a stale job generation. A denied
+    attempt's files have already been removed when this is raised.
+    """
+
+    def __init__(self, message: str, *, task: int, attempt: int, winner: dict[str, Any] | None = None,
+                 attempt_failed: bool = False) -> None:
+        super().__init__(message)
+        self.task = task
+        self.attempt = attempt
+        self.winner = winner
+        self.attempt_failed = attempt_failed
+
+
+class JobIncomplete(CommitProtocolError):
+    """Job commit found expected tasks without a commit record (invariant I3). Nothing was changed."""
+
+    def __init__(self, message: str, missing: list[int]) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+class JobNotSetUp(CommitProtocolError):
+    """An operation needs a job record and there is none (setup_job never ran, or the job was cleaned up)."""
+
+
+class JobAlreadyCommitted(CommitProtocolError):
+    """A task attempt tried to start after its job generation was committed (a zombie, typically)."""
+
+
+class JobConfigMismatch(CommitProtocolError, ValueError):
+    """A committer was built with a configuration that differs from the one the job was set up with."""
+
+
+class CorruptRecord(CommitProtocolError, ValueError):
+    """A record of the protocol (job record, task commit record, commit plan, ``_SUCCESS``) is unreadable."""
+
+
+class StorageCapabilityError(CommitProtocolError):
+    """The file system lacks an operation the requested committer needs (e.g. atomic create-if-absent)."""

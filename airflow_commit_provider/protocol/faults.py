@@ -1,0 +1,113 @@
+"""Named fault-injection points, so that tests can kill the protocol at every step.
+
+Production code calls :func:`inject` at each step boundary; it costs one dict lookup when nothing is armed.
+Faults are armed either in-process with :func:`arm` or, for real worker processes, through the environment
+variable ``COMMIT_PROVIDER_FAULTS``: a comma-separated list of ``point=action`` or ``point=action@n`` entries,
+where *action* is
+
+- ``exit``: ``os._exit(FAULT_EXIT_CODE)``, a process dying without cleanup (no ``finally``, no atexit);
+- ``kill``: SIGKILL to the process itself, as the OOM killer or a lost worker does;
+- ``raise``: :class:`InjectedFault`, an ordinary exception that cleanup code does see;
+
+and ``@n`` fires on the n-th time the point is reached (1-based, default 1), which is how a test kills a job
+commit after, say, 5 of 20 file moves.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+ENV_VAR = "COMMIT_PROVIDER_FAULTS"
+FAULT_EXIT_CODE = 86
+
+#: Every injection point the protocol reaches, in protocol order. Tests iterate over this list, so a step added
+#: without a point here is a step the crash matrix does not cover.
+POINTS: tuple[str, ...] = (
+    "setup_job.before_record",
+    "setup_job.after_app_attempt",
+    "setup_task.after_dir",
+    "writer.after_file",
+    "commit_task.before_record",
+    "commit_task.after_record",
+    "commit_task.mid_move",
+    "commit_task.after_move",
+    "abort_task.after_marker",
+    "abort_task.mid_delete",
+    "recover_task.before_record",
+    "recover_task.after_record",
+    "commit_job.after_recovery",
+    "commit_job.after_plan",
+    "commit_job.mid_move",
+    "commit_job.after_moves",
+    "commit_job.mid_delete",
+    "commit_job.after_deletes",
+    "commit_job.after_commit_log",
+    "commit_job.after_cleanup",
+    "commit_job.after_success",
+    "abort_job.mid_delete",
+    "abort_job.after_delete",
+)
+
+
+class InjectedFault(RuntimeError):
+    """Raised by a point armed with the ``raise`` action."""
+
+
+_lock = threading.Lock()
+_armed: dict[str, tuple[str, int]] = {}
+_hits: dict[str, int] = {}
+_env_loaded: str | None = None
+
+
+def _parse(spec: str) -> dict[str, tuple[str, int]]:
+    armed: dict[str, tuple[str, int]] = {}
+    for entry in filter(None, (part.strip() for part in spec.split(","))):
+        point, _, action = entry.partition("=")
+        action, _, nth = action.partition("@")
+        if point not in POINTS:
+            raise ValueError(f"unknown fault injection point {point!r}; known points: {', '.join(POINTS)}")
+        if action not in ("exit", "kill", "raise"):
+            raise ValueError(f"unknown fault action {action!r} for {point!r}: use exit, kill or raise")
+        armed[point] = (action, int(nth or 1))
+    return armed
+
+
+def arm(point: str, action: str = "raise", nth: int = 1) -> None:
+    """Arm *point* in this process (tests)."""
+    with _lock:
+        _armed.update(_parse(f"{point}={action}@{nth}"))
+        _hits.pop(point, None)
+
+
+def disarm() -> None:
+    """Disarm every point armed with :func:`arm` and forget hit counts."""
+    global _env_loaded
+    with _lock:
+        _armed.clear()
+        _hits.clear()
+        _env_loaded = None
+
+
+def inject(point: str) -> None:
+    """Fire the fault armed at *point*, if any. Called by the protocol at every step boundary."""
+    global _env_loaded
+    spec = os.environ.get(ENV_VAR, "")
+    if not _armed and not spec:
+        return
+    with _lock:
+        if spec != (_env_loaded or "") and spec:
+            _armed.update(_parse(spec))
+            _env_loaded = spec
+        if point not in _armed:
+            return
+        action, nth = _armed[point]
+        _hits[point] = _hits.get(point, 0) + 1
+        if _hits[point] != nth:
+            return
+    if action == "exit":
+        os._exit(FAULT_EXIT_CODE)
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise InjectedFault(f"fault injected at {point}")

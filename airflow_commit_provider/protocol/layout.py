@@ -1,0 +1,88 @@
+"""Where a job's pieces live under the output root: Hadoop's FileOutputCommitter layout, scoped per job.
+
+::
+
+    <out>/_temporary/<job>/_job.json                                  job record
+    <out>/_temporary/<job>/<app>/_app.json                            application attempt marker
+    <out>/_temporary/<job>/<app>/_temporary/attempt_<task>_<try>/...  task attempt work directory
+    <out>/_temporary/<job>/<app>/task_<task>/...                      committed task output (algorithm 1)
+    <out>/_temporary/<job>/<app>/_commits/task_<task>.json            task commit record
+    <out>/_temporary/<job>/<app>/_attempts/attempt_<task>_<try>       attempt claim (committing / failed)
+    <out>/_temporary/<job>/_commit_plan_<uuid>.json                   job commit plan
+    <out>/_commits/<job>.json                                         job commit log
+    <out>/_SUCCESS                                                    manifest, written last
+
+Hadoop puts ``<app>`` straight under ``_temporary``, so two jobs on one target share and delete each other's
+directories (MAPREDUCE-7378); the ``<job>`` level removes that.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import InvalidOutputSpec
+
+TEMPORARY = "_temporary"
+COMMITS = "_commits"
+SUCCESS = "_SUCCESS"
+
+_JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,199}$")
+
+
+def check_job_id(job_id: str) -> str:
+    """Job ids become directory and file names: letters, digits, ``.``, ``_``, ``-``; at most 200 characters."""
+    if not isinstance(job_id, str) or not _JOB_ID_RE.match(job_id) or ".." in job_id:
+        raise InvalidOutputSpec(
+            f"job id {job_id!r} cannot be used as a directory name: use 1-200 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit, without '..'")
+    return job_id
+
+
+def task_name(task: int) -> str:
+    return f"task_{task:05d}"
+
+
+def attempt_name(task: int, attempt: int) -> str:
+    return f"attempt_{task:05d}_{attempt}"
+
+
+@dataclass(frozen=True)
+class JobLayout:
+    """Relative paths of one job's records and directories."""
+
+    job_id: str
+
+    @property
+    def job_dir(self) -> str:
+        return f"{TEMPORARY}/{self.job_id}"
+
+    @property
+    def job_record(self) -> str:
+        return f"{self.job_dir}/_job.json"
+
+    def plan(self, job_uuid: str) -> str:
+        """Scoped by generation, so a plan a crash left behind never steers a later generation's commit."""
+        return f"{self.job_dir}/_commit_plan_{job_uuid}.json"
+
+    @property
+    def commit_log(self) -> str:
+        return f"{COMMITS}/{self.job_id}.json"
+
+    def app_dir(self, app: int) -> str:
+        return f"{self.job_dir}/{app}"
+
+    def app_marker(self, app: int) -> str:
+        return f"{self.app_dir(app)}/_app.json"
+
+    def attempt_dir(self, app: int, task: int, attempt: int) -> str:
+        return f"{self.app_dir(app)}/{TEMPORARY}/{attempt_name(task, attempt)}"
+
+    def attempt_claim(self, app: int, task: int, attempt: int) -> str:
+        return f"{self.app_dir(app)}/_attempts/{attempt_name(task, attempt)}"
+
+    def task_dir(self, app: int, task: int) -> str:
+        return f"{self.app_dir(app)}/{task_name(task)}"
+
+    def task_record(self, app: int, task: int) -> str:
+        return f"{self.app_dir(app)}/_commits/{task_name(task)}.json"

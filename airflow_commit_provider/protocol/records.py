@@ -1,0 +1,106 @@
+"""The protocol's records: JSON documents whose existence and content are the state of a job.
+
+Nothing about a job lives in process memory or in Airflow's XCom: any process that can read the output root can
+tell what is committed, which is what lets a retry, a cleared DAG run or a zombie act safely.
+
+=====================  =================================================  ========================================
+record                 where                                              written
+=====================  =================================================  ========================================
+job record             ``_temporary/<job>/_job.json``                     once per generation (exclusive create)
+app-attempt marker     ``_temporary/<job>/<app>/_app.json``               once per application attempt (exclusive)
+attempt claim          ``_temporary/<job>/<app>/_attempts/<attempt>``     exclusive: ``committing`` or ``failed``
+task commit record     ``_temporary/<job>/<app>/_commits/<task>.json``    exclusive: **the commit decision**
+commit plan            ``_temporary/<job>/_commit_plan_<uuid>.json``      once, before the first move of job commit
+commit log             ``_commits/<job>.json``                            at job commit; outlives ``_temporary``
+``_SUCCESS``           ``_SUCCESS`` (and ``<partition>/_SUCCESS``)          last
+=====================  =================================================  ========================================
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from .errors import CorruptRecord
+from .store import Store
+
+FORMAT = "airflow-commit-provider"
+VERSION = 1
+
+#: Keys every ``_SUCCESS`` manifest must carry, with their JSON types.
+SUCCESS_REQUIRED: dict[str, type | tuple[type, ...]] = {
+    "format": str,
+    "version": int,
+    "committer": str,
+    "algorithm": (int, str),
+    "mode": str,
+    "job_id": str,
+    "job_uuid": str,
+    "app_attempt": int,
+    "started": str,
+    "finished": str,
+    "files": list,
+    "totals": dict,
+    "durations": dict,
+    "diagnostics": dict,
+}
+
+
+def now_iso() -> str:
+    """UTC timestamp with microseconds, as every record writes it."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def dumps(kind: str, body: Mapping[str, Any]) -> bytes:
+    """Serialise a record of *kind*, stamping format and version."""
+    doc = {"format": f"{FORMAT}/{kind}", "version": VERSION, **body}
+    return json.dumps(doc, sort_keys=False, separators=(",", ":"), default=str).encode()
+
+
+def loads(kind: str, data: bytes, where: str) -> dict[str, Any]:
+    """Parse a record of *kind*; :class:`CorruptRecord` naming *where* when it is not one."""
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptRecord(f"{where} is not valid JSON ({exc}); the {kind} record is corrupt or truncated") from exc
+    if not isinstance(doc, dict) or doc.get("format") != f"{FORMAT}/{kind}":
+        raise CorruptRecord(f"{where} is not an {FORMAT} {kind} record (format={doc.get('format')!r})"
+                            if isinstance(doc, dict) else f"{where} is not a JSON object")
+    if doc.get("version") != VERSION:
+        raise CorruptRecord(f"{where} has unsupported record version {doc.get('version')!r}")
+    return doc
+
+
+def read(store: Store, rel: str, kind: str) -> dict[str, Any] | None:
+    """The record at *rel*, or ``None`` when there is none."""
+    try:
+        data = store.read_bytes(rel)
+    except FileNotFoundError:
+        return None
+    return loads(kind, data, store.url(rel))
+
+
+def validate_success(doc: Any, where: str) -> dict[str, Any]:
+    """Check a parsed ``_SUCCESS`` manifest; :class:`CorruptRecord` naming the first problem."""
+    if not isinstance(doc, dict):
+        raise CorruptRecord(f"{where} is not a JSON object")
+    if doc.get("format") != f"{FORMAT}/success":
+        raise CorruptRecord(f"{where} is not an {FORMAT} _SUCCESS manifest (format={doc.get('format')!r}); "
+                            "a 0-byte _SUCCESS comes from Hadoop or Spark")
+    for key, typ in SUCCESS_REQUIRED.items():
+        if key not in doc:
+            raise CorruptRecord(f"{where} lacks the field {key!r}")
+        if not isinstance(doc[key], typ) or isinstance(doc[key], bool):
+            raise CorruptRecord(f"{where}: field {key!r} has type {type(doc[key]).__name__}")
+    for i, entry in enumerate(doc["files"]):
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str) \
+                or not isinstance(entry.get("size"), int):
+            raise CorruptRecord(f"{where}: files[{i}] needs a string 'path' and an integer 'size'")
+    totals = doc["totals"]
+    if totals.get("files") != len(doc["files"]):
+        raise CorruptRecord(f"{where}: totals.files={totals.get('files')} but {len(doc['files'])} files are listed")
+    if totals.get("bytes") != sum(f["size"] for f in doc["files"]):
+        raise CorruptRecord(f"{where}: totals.bytes does not match the listed file sizes")
+    return doc

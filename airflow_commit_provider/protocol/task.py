@@ -1,0 +1,78 @@
+"""One task attempt from start to commit, as a Hadoop task runs it: recover, set up, write, commit or abort.
+
+This is the loop every worker (an Airflow write task, a test worker process, the demo) runs, kept in one place so
+that they all follow the protocol the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .committer import FileOutputCommitter
+from .errors import CommitDenied
+from .writer import TaskAttemptWriter
+
+
+@dataclass
+class TaskOutcome:
+    """What happened to one task attempt.
+
+    ``status`` is ``committed`` (this attempt won), ``already_committed`` (an earlier attempt of this application
+    attempt had committed: nothing was run), ``recovered`` (committed in an earlier application attempt and
+    adopted: nothing was run) or ``denied`` (this attempt lost to another attempt, whose record is returned).
+    """
+
+    status: str
+    task: int
+    attempt: int
+    record: dict[str, Any]
+    ran_callable: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def files(self) -> int:
+        return len(self.record["files"])
+
+    @property
+    def rows(self) -> int:
+        return sum(f.get("rows") or 0 for f in self.record["files"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "task": self.task, "attempt": self.attempt,
+                "committed_attempt": self.record["attempt"], "app_attempt": self.record["app_attempt"],
+                "recovered_from_app": self.record.get("recovered_from_app"), "ran_callable": self.ran_callable,
+                "files": self.files, "rows": self.rows, "bytes": sum(f["size"] for f in self.record["files"]),
+                **self.extra}
+
+
+def run_task_attempt(committer: FileOutputCommitter, task: int, attempt: int,
+                     produce: Callable[[TaskAttemptWriter], Any], *, compression: str = "snappy",
+                     max_rows_per_file: int | None = None) -> TaskOutcome:
+    """Run attempt *attempt* of task *task*: *produce* is called only when the task is not committed yet.
+
+    *produce* receives a :class:`TaskAttemptWriter` (``write`` pyarrow data or ``open_file``). On any exception the
+    attempt is aborted (marked failed, files removed) and the exception propagates. A denied attempt whose task was
+    committed by another attempt returns that attempt's record; one denied because it was itself recorded as failed
+    raises :class:`CommitDenied`.
+    """
+    existing = committer.recover_task(task)
+    if existing is not None:
+        status = "already_committed" if existing.get("recovered_from_app") is None else "recovered"
+        return TaskOutcome(status, task, attempt, existing, ran_callable=False)
+    ta = committer.setup_task(task, attempt)
+    writer = TaskAttemptWriter(committer.store, ta, partition_by=committer.partition_by,
+                               compression=compression, max_rows_per_file=max_rows_per_file)
+    try:
+        with writer:
+            produce(writer)
+        record = committer.commit_task(ta, writer.rows)
+    except CommitDenied as denied:
+        if denied.winner is None:
+            raise
+        return TaskOutcome("denied", task, attempt, denied.winner, ran_callable=True)
+    except BaseException:
+        committer.abort_task(ta)
+        raise
+    return TaskOutcome("committed", task, attempt, record, ran_callable=True)

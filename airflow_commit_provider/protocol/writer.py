@@ -1,0 +1,171 @@
+"""Writing a task attempt's files: Parquet from pyarrow data, or arbitrary files through a file object.
+
+Files go into the attempt's work directory only; nothing here makes them visible. Names follow Spark so that
+existing tools recognise them: ``part-<task:05d>-<job uuid>-c<file:03d>.<codec>.parquet``, one counter per task
+across partitions, partition directories ``key=value`` (Hive), partition columns left out of the files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .committer import TaskAttemptContext
+from .errors import InvalidOutputSpec
+from .faults import inject
+from .paths import check_relative, partition_dir
+from .store import Store
+
+_CODEC_SUFFIX = {"snappy": "snappy", "gzip": "gz", "zstd": "zstd", "lz4": "lz4", "brotli": "br", "none": None}
+
+
+class TaskAttemptWriter:
+    """Writes one task attempt's output and records rows and bytes per file for the commit record.
+
+    Use as a context manager, or call :meth:`close`; :attr:`rows` maps each file (relative to the work directory)
+    to its row count and is what :meth:`FileOutputCommitter.commit_task` takes.
+    """
+
+    def __init__(self, store: Store, attempt: TaskAttemptContext, *, partition_by: Iterable[str] = (),
+                 compression: str = "snappy", max_rows_per_file: int | None = None) -> None:
+        if compression not in _CODEC_SUFFIX:
+            raise InvalidOutputSpec(f"unknown Parquet compression {compression!r}: use one of {sorted(_CODEC_SUFFIX)}")
+        if max_rows_per_file is not None and max_rows_per_file < 1:
+            raise InvalidOutputSpec("max_rows_per_file must be at least 1")
+        self.store = store
+        self.attempt = attempt
+        self.partition_by = tuple(partition_by)
+        self.compression = compression
+        self.max_rows_per_file = max_rows_per_file
+        self.rows: dict[str, int | None] = {}
+        self._counter = 0
+        self._open: dict[str, tuple[str, IO[bytes], pq.ParquetWriter, int]] = {}
+        self._schema: pa.Schema | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ names
+    def next_file_name(self, extension: str = "parquet") -> str:
+        """The next Spark-style file name of this task: ``part-00003-<uuid>-c000.<extension>``."""
+        name = f"part-{self.attempt.task:05d}-{self.attempt.job_uuid}-c{self._counter:03d}.{extension}"
+        self._counter += 1
+        return name
+
+    def _parquet_name(self) -> str:
+        suffix = _CODEC_SUFFIX[self.compression]
+        return self.next_file_name(f"{suffix}.parquet" if suffix else "parquet")
+
+    # ------------------------------------------------------------------ arbitrary files
+    def open_file(self, name: str | None = None, *, partition: dict[str, Any] | None = None,
+                  extension: str = "dat") -> IO[bytes]:
+        """A binary file in the attempt (the lower-level form, for formats other than Parquet).
+
+        *name* defaults to the next Spark-style name with *extension*; a given name is checked (no traversal, no
+        hidden components) and must be unique across the job's tasks. Rows of such files are unknown unless they are
+        Parquet, whose footer is read at task commit.
+        """
+        self._check_open()
+        if name is None:
+            name = self.next_file_name(check_relative(extension, what="file extension"))
+        rel = check_relative(name)
+        if partition:
+            rel = f"{partition_dir(list(partition), list(partition.values()))}/{rel}"
+        if rel in self.rows:
+            raise InvalidOutputSpec(f"file {rel!r} was already written by this task attempt")
+        self.rows[rel] = None
+        return self.store.open_write(f"{self.attempt.work_dir}/{rel}")
+
+    # ------------------------------------------------------------------ parquet
+    def write(self, data: pa.Table | pa.RecordBatch | Iterable[pa.Table | pa.RecordBatch]) -> int:
+        """Write a Table, a RecordBatch or an iterable of them; returns the number of rows written."""
+        self._check_open()
+        if isinstance(data, pa.RecordBatch):
+            data = pa.Table.from_batches([data])
+        if not isinstance(data, pa.Table):
+            if isinstance(data, (str, bytes, dict)) or not isinstance(data, Iterable):
+                raise InvalidOutputSpec(f"write() takes pyarrow Tables or RecordBatches, got {type(data).__name__}")
+            return sum(self.write(part) for part in data)
+        missing = [k for k in self.partition_by if k not in data.column_names]
+        if missing:
+            raise InvalidOutputSpec(f"partition column(s) {missing} are not in the data (columns: {data.column_names})")
+        if data.num_rows == 0:
+            return 0
+        if not self.partition_by:
+            self._write_part("", data)
+            return data.num_rows
+        for part, rows in _split_by_partition(data, self.partition_by):
+            self._write_part(part, rows.drop_columns(list(self.partition_by)))
+        return data.num_rows
+
+    def _write_part(self, part: str, table: pa.Table) -> None:
+        if self._schema is None:
+            self._schema = table.schema
+        elif not table.schema.equals(self._schema):
+            try:
+                table = table.cast(self._schema)
+            except (pa.ArrowInvalid, ValueError) as exc:
+                raise InvalidOutputSpec(f"schema changed between writes of one task: {table.schema} vs "
+                                        f"{self._schema}") from exc
+        offset = 0
+        while offset < table.num_rows:
+            rel, fh, writer, count = self._writer_for(part)
+            take = table.num_rows - offset
+            if self.max_rows_per_file:
+                take = min(take, self.max_rows_per_file - count)
+            writer.write_table(table.slice(offset, take))
+            offset += take
+            count += take
+            self._open[part] = (rel, fh, writer, count)
+            self.rows[rel] = count
+            if self.max_rows_per_file and count >= self.max_rows_per_file:
+                self._finish(part)
+
+    def _writer_for(self, part: str) -> tuple[str, IO[bytes], pq.ParquetWriter, int]:
+        if part not in self._open:
+            rel = f"{part}/{self._parquet_name()}" if part else self._parquet_name()
+            fh = self.store.open_write(f"{self.attempt.work_dir}/{rel}")
+            assert self._schema is not None
+            writer = pq.ParquetWriter(fh, self._schema, compression=self.compression)
+            self._open[part] = (rel, fh, writer, 0)
+            self.rows[rel] = 0
+        return self._open[part]
+
+    def _finish(self, part: str) -> None:
+        rel, fh, writer, _count = self._open.pop(part)
+        writer.close()
+        fh.close()
+        inject("writer.after_file")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidOutputSpec("this task attempt writer is closed")
+
+    def close(self) -> dict[str, int | None]:
+        """Close every open file; returns :attr:`rows`."""
+        if not self._closed:
+            for part in list(self._open):
+                self._finish(part)
+            self._closed = True
+        return self.rows
+
+    def __enter__(self) -> TaskAttemptWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _split_by_partition(table: pa.Table, keys: tuple[str, ...]) -> Iterable[tuple[str, pa.Table]]:
+    """``(k=v/..., rows)`` for each distinct combination of partition values, in first-seen order."""
+    combos = table.select(list(keys)).group_by(list(keys), use_threads=False).aggregate([]).to_pylist()
+    for combo in combos:
+        mask = None
+        for key in keys:
+            value = combo[key]
+            col = table.column(key)
+            cond = pc.is_null(col) if value is None else pc.fill_null(pc.equal(col, value), False)
+            mask = cond if mask is None else pc.and_(mask, cond)
+        yield partition_dir(keys, [combo[k] for k in keys]), table.filter(mask)
