@@ -407,31 +407,43 @@ class FileOutputCommitter(OutputCommitter):
             return None
 
     def _complete_task_commit(self, rec: Mapping[str, Any]) -> None:
-        """Finish the effect of a task commit record (idempotent; safe for any process to run)."""
+        """Finish the effect of a task commit record (idempotent; safe for several processes to run at once)."""
         if rec.get("recovered_from_app") is not None:
             return
         src, data_dir = rec["work_dir"], rec["data_dir"]
         if self.algorithm == 1:
             if self.store.atomic_dir_rename:
                 if not self.store.exists(data_dir) and self.store.exists(src):
-                    self.store.rename_dir(src, data_dir)
+                    try:
+                        self.store.rename_dir(src, data_dir)
+                    except (FileNotFoundError, FileExistsError):
+                        if not self.store.exists(data_dir):  # not a concurrent completion of the same rename
+                            raise
                     inject("commit_task.mid_move")
             else:
                 for f in rec["files"]:
-                    if self.store.exists(f"{src}/{f['path']}"):
-                        self.store.move_file(f"{src}/{f['path']}", f"{data_dir}/{f['path']}")
+                    if self._move_once(f"{src}/{f['path']}", f"{data_dir}/{f['path']}"):
                         inject("commit_task.mid_move")
             self._require_files(rec, data_dir)
             return
         for f in rec["files"]:
-            dst = f["path"]
-            if self.store.exists(f"{src}/{dst}"):
-                self.store.move_file(f"{src}/{dst}", dst)
+            if self._move_once(f"{src}/{f['path']}", f["path"]):
                 inject("commit_task.mid_move")
-            elif not self.store.exists(dst):
-                raise CorruptRecord(f"task {rec['task']}: committed file {dst} is neither in {src} nor in the "
-                                    "output; the data was deleted outside the protocol")
         self.store.delete_tree(src)
+
+    def _move_once(self, src: str, dst: str) -> bool:
+        """Move *src* to *dst* unless that already happened (earlier run, or a concurrent completer).
+
+        ``True`` when this call moved the file. A file in neither place was deleted outside the protocol.
+        """
+        try:
+            self.store.move_file(src, dst)
+            return True
+        except FileNotFoundError:
+            if self.store.exists(dst):
+                return False
+            raise CorruptRecord(f"job {self.job_id}: {self.store.url(src)} is gone and {self.store.url(dst)} was "
+                                "never written; the data was deleted outside the protocol") from None
 
     def _require_files(self, rec: Mapping[str, Any], data_dir: str) -> None:
         if rec["files"] and not self.store.exists(data_dir):
@@ -594,14 +606,8 @@ class FileOutputCommitter(OutputCommitter):
             self.store.makedirs(d)
 
         def move(pair: tuple[str, str]) -> None:
-            src, dst = pair
-            try:
-                self.store.move_file(src, dst)
-            except FileNotFoundError:
-                if not self.store.exists(dst):
-                    raise CorruptRecord(f"job {self.job_id}: {src} is gone and {dst} was never written") from None
-                return
-            inject("commit_job.mid_move")
+            if self._move_once(*pair):
+                inject("commit_job.mid_move")
 
         parallel(move, moves, self.commit_threads)
         if self.algorithm == 2:
@@ -704,6 +710,18 @@ class FileOutputCommitter(OutputCommitter):
                 or str(current.get("finished", "")) <= str(log["finished"]):
             self.store.write_bytes(SUCCESS, records.dumps("success", manifest))
         return manifest
+
+    def committed_task_record(self, task: int) -> dict[str, Any]:
+        """A committed job's record of one task, rebuilt from the commit log (the live records are cleaned up)."""
+        log = self.commit_log()
+        if log is None:
+            raise JobNotSetUp(f"job {self.job_id} has no commit log at {self.store.url(self.layout.commit_log)}")
+        info = next((t for t in log["tasks"] if t["task"] == task), None)
+        if info is None:
+            raise JobIncomplete(f"committed job {self.job_id} has no task {task}", [task])
+        return {"job_id": self.job_id, "job_uuid": log["job_uuid"], "task": task, "attempt": info["attempt"],
+                "app_attempt": info["app_attempt"], "recovered_from_app": info["recovered_from_app"],
+                "files": [f for f in log["files"] if f["task"] == task], "from_commit_log": True}
 
     # ------------------------------------------------------------------ abort
     def abort_job(self) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .committer import FileOutputCommitter
-from .errors import CommitDenied
+from .errors import CommitDenied, JobAlreadyCommitted
 from .writer import TaskAttemptWriter
 
 
@@ -57,7 +57,12 @@ def run_task_attempt(committer: FileOutputCommitter, task: int, attempt: int,
     committed by another attempt returns that attempt's record; one denied because it was itself recorded as failed
     raises :class:`CommitDenied`.
     """
-    existing = committer.recover_task(task)
+    try:
+        existing = committer.recover_task(task)
+    except JobAlreadyCommitted:
+        # A late (zombie) or repeated try after the job committed: the task is done; report what was committed.
+        return TaskOutcome("already_committed", task, attempt, committer.committed_task_record(task),
+                           ran_callable=False)
     if existing is not None:
         status = "already_committed" if existing.get("recovered_from_app") is None else "recovered"
         return TaskOutcome(status, task, attempt, existing, ran_callable=False)

@@ -1,0 +1,183 @@
+"""A job run by real worker processes, for crash-injection tests.
+
+Run as ``python -m tests.protocol.scenario PHASE JSON``: the phase runs in its own process, so a fault armed
+through ``COMMIT_PROVIDER_FAULTS`` kills a real process (``os._exit`` or SIGKILL) in the middle of the protocol.
+The same functions run in-process for the recovery half of each test (that is the second process).
+
+Every task writes ``ROWS`` rows ``(task, row, attempt, day)``; ``read_rows`` and ``assert_exactly_once`` check the
+output row by row. Every call of a task's user code is appended to ``calls.log`` so tests can prove recovery did
+not run it again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from airflow_commit_provider.protocol import FileOutputCommitter, run_task_attempt
+from airflow_commit_provider.protocol.paths import is_hidden
+
+ROWS = 6
+TASKS = 4
+JOB = "job-under-test"
+
+
+def task_table(task: int, attempt: int, rows: int = ROWS) -> pa.Table:
+    return pa.table({
+        "task": pa.array([task] * rows, pa.int32()),
+        "row": pa.array(range(rows), pa.int32()),
+        "attempt": pa.array([attempt] * rows, pa.int32()),
+        "day": [f"d{i % 2}" for i in range(rows)],
+    })
+
+
+def committer(cfg: dict[str, Any], job: str = JOB) -> FileOutputCommitter:
+    return FileOutputCommitter(cfg["root"], job, algorithm=cfg["algorithm"], mode=cfg["mode"],
+                               partition_by=cfg.get("partition_by", ["day"]), commit_threads=cfg.get("threads", 2))
+
+
+def _record_call(cfg: dict[str, Any], task: int, attempt: int) -> None:
+    with open(os.path.join(cfg["work"], "calls.log"), "a") as fh:
+        fh.write(f"{task} {attempt}\n")
+
+
+def calls(cfg: dict[str, Any]) -> Counter[int]:
+    path = os.path.join(cfg["work"], "calls.log")
+    if not os.path.exists(path):
+        return Counter()
+    return Counter(int(line.split()[0]) for line in open(path) if line.strip())
+
+
+def run_task(cfg: dict[str, Any], task: int, attempt: int, fail: bool = False, job: str = JOB) -> dict[str, Any]:
+    def produce(writer: Any) -> None:
+        _record_call(cfg, task, attempt)
+        writer.write(task_table(task, attempt))
+        if fail:
+            raise RuntimeError(f"user code of task {task} attempt {attempt} failed")
+
+    return run_task_attempt(committer(cfg, job), task, attempt, produce).to_dict()
+
+
+def phase_prior(cfg: dict[str, Any]) -> None:
+    """Application attempt 0: tasks 0 and 1 commit, then the 'driver' is lost."""
+    committer(cfg).setup_job()
+    run_task(cfg, 0, 1)
+    run_task(cfg, 1, 1)
+
+
+def phase_main(cfg: dict[str, Any], base_attempt: int) -> dict[str, Any]:
+    """A whole application attempt: setup, every task (the last one failing once first), job commit."""
+    committer(cfg).setup_job()
+    for task in range(TASKS - 1):
+        run_task(cfg, task, base_attempt)
+    try:
+        run_task(cfg, TASKS - 1, base_attempt, fail=True)
+    except RuntimeError:
+        pass
+    run_task(cfg, TASKS - 1, base_attempt + 1)
+    return committer(cfg).commit_job(TASKS)
+
+
+def phase_retry(cfg: dict[str, Any], base_attempt: int) -> dict[str, Any]:
+    """Airflow's 'clear only failed tasks': every task tried again, no setup, then job commit."""
+    for task in range(TASKS):
+        run_task(cfg, task, base_attempt)
+    return committer(cfg).commit_job(TASKS)
+
+
+def phase_abort(cfg: dict[str, Any]) -> dict[str, Any]:
+    return committer(cfg).abort_job()
+
+
+def _fs(root: str) -> tuple[Any, str]:
+    import fsspec
+
+    return fsspec.core.url_to_fs(root)
+
+
+def read_rows(root: str) -> list[dict[str, Any]]:
+    """Every row readers see under *root* (hive partitions, hidden names skipped, as pyarrow does)."""
+    fs, path = _fs(root)
+    if not fs.isdir(path):
+        return []
+    dataset = ds.dataset(path, format="parquet", partitioning="hive", filesystem=fs)
+    return dataset.to_table().to_pylist()
+
+
+def visible_files(root: str) -> list[str]:
+    fs, path = _fs(root)
+    prefix = path.rstrip("/") + "/"
+    return sorted(p[len(prefix):] for p in fs.find(path) if not is_hidden(p[len(prefix):]))
+
+
+def all_files(root: str) -> list[str]:
+    fs, path = _fs(root)
+    prefix = path.rstrip("/") + "/"
+    return sorted(p[len(prefix):] for p in fs.find(path))
+
+
+OLD_TASK = 99
+#: Files present in the target before the job (two partitions, one of which the job also writes).
+OLD_FILES = {"day=d0/old-00.parquet": range(0, 3), "day=d9/old-01.parquet": range(3, 6)}
+
+
+def write_old_data(root: str) -> None:
+    import pyarrow.parquet as pq
+
+    fs, base = _fs(root)
+    for rel, rows in OLD_FILES.items():
+        fs.makedirs(f"{base}/{rel.rsplit('/', 1)[0]}", exist_ok=True)
+        pq.write_table(pa.table({"task": pa.array([OLD_TASK] * len(rows), pa.int32()),
+                                 "row": pa.array(list(rows), pa.int32()),
+                                 "attempt": pa.array([0] * len(rows), pa.int32())}), f"{base}/{rel}",
+                       filesystem=fs)
+
+
+def old_rows_expected(mode: str) -> set[tuple[int, str]]:
+    """(row, day) of the old rows that must survive a commit in *mode*."""
+    keep = {"append": OLD_FILES, "error": {}, "overwrite": {},
+            "dynamic": {k: v for k, v in OLD_FILES.items() if k.startswith("day=d9")}}[mode]
+    return {(i, rel.split("/")[0][4:]) for rel, rows in keep.items() for i in rows}
+
+
+def check_no_duplicates(rows: list[dict[str, Any]]) -> None:
+    """What must hold at every moment, even mid-commit: no row twice, no task mixing attempts."""
+    ours = [r for r in rows if r["task"] != OLD_TASK]
+    dupes = {k: n for k, n in Counter((r["task"], r["row"]) for r in ours).items() if n != 1}
+    assert not dupes, f"duplicated rows: {dupes}"
+    for t in {r["task"] for r in ours}:
+        attempts = {r["attempt"] for r in ours if r["task"] == t}
+        assert len(attempts) == 1, f"task {t} mixes attempts {attempts}"
+
+
+def assert_exactly_once(rows: list[dict[str, Any]], tasks: int = TASKS, per_task: int = ROWS,
+                        old: set[tuple[int, str]] | None = None) -> None:
+    """Every row of every task exactly once, all rows of a task from one attempt, old rows as the mode says."""
+    check_no_duplicates(rows)
+    ours = [r for r in rows if r["task"] != OLD_TASK]
+    keys = {(r["task"], r["row"]) for r in ours}
+    expected = {(t, i) for t in range(tasks) for i in range(per_task)}
+    assert keys == expected, f"missing rows: {sorted(expected - keys)}; unexpected: {sorted(keys - expected)}"
+    for t in range(tasks):
+        days = {r["row"]: r["day"] for r in ours if r["task"] == t}
+        assert all(str(days[i]) == f"d{i % 2}" for i in range(per_task)), f"task {t}: rows in wrong partitions"
+    old_seen = Counter((r["row"], str(r["day"])) for r in rows if r["task"] == OLD_TASK)
+    assert all(n == 1 for n in old_seen.values()), f"old rows duplicated: {old_seen}"
+    assert set(old_seen) == (old or set()), f"old rows: expected {sorted(old or set())}, got {sorted(old_seen)}"
+
+
+if __name__ == "__main__":
+    phase, raw = sys.argv[1], sys.argv[2]
+    config = json.loads(raw)
+    Path(config["work"]).mkdir(parents=True, exist_ok=True)
+    result = {"prior": lambda: phase_prior(config), "main": lambda: phase_main(config, config.get("attempt", 11)),
+              "retry": lambda: phase_retry(config, config.get("attempt", 21)),
+              "abort": lambda: phase_abort(config)}[phase]()
+    print(json.dumps({"ok": True}))

@@ -1,0 +1,177 @@
+"""Bad input gets a clear exception naming the problem, and nothing on storage changes."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import fsspec
+import pyarrow as pa
+import pytest
+
+from airflow_commit_provider.protocol import (
+    CorruptRecord,
+    FileOutputCommitter,
+    InvalidOutputSpec,
+    StorageCapabilityError,
+    read_success_marker,
+    run_task_attempt,
+)
+
+from . import scenario as sc
+
+
+@pytest.fixture
+def target(tmp_path):
+    root = str(tmp_path / "out")
+    sc.write_old_data(root)
+    return root
+
+
+def unchanged(root, before):
+    assert sc.all_files(root) == before, "storage changed"
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"algorithm": 3}, "unknown FileOutputCommitter algorithm 3"),
+    ({"algorithm": "magic-v9"}, "unknown FileOutputCommitter algorithm"),
+    ({"mode": "upsert"}, "unknown output mode 'upsert'"),
+    ({"mode": "dynamic", "partition_by": []}, "needs partition_by"),
+    ({"partition_by": ["../x"]}, "cannot be a directory name"),
+    ({"partition_by": ["_hidden"]}, "cannot be a directory name"),
+    ({"partition_by": ["day", "day"]}, "repeat"),
+    ({"commit_threads": 0}, "at least 1"),
+    ({"commit_threads": -2}, "non-negative"),
+])
+def test_bad_configuration(target, kwargs, message):
+    before = sc.all_files(target)
+    kwargs.setdefault("mode", "append")
+    with pytest.raises(InvalidOutputSpec, match=message):
+        FileOutputCommitter(target, "job", **kwargs).setup_job()
+    unchanged(target, before)
+
+
+@pytest.mark.parametrize("job_id", ["../escape", "a/b", "", ".hidden", "x" * 201, "a\x00b", "a..b"])
+def test_bad_job_ids(target, job_id):
+    before = sc.all_files(target)
+    with pytest.raises(InvalidOutputSpec, match="job id"):
+        FileOutputCommitter(target, job_id, mode="append")
+    unchanged(target, before)
+
+
+@pytest.mark.parametrize("value", ["../../etc", "a/b", "..", ".", ".hidden", "_x", "a\x00b", "a\\b", "tab\there", ""])
+def test_partition_values_that_could_escape_are_refused(target, value):
+    before = sc.all_files(target)
+    c = FileOutputCommitter(target, "job", mode="append", partition_by=["day"])
+    c.setup_job()
+    table = pa.table({"day": [value], "x": [1]})
+    with pytest.raises(InvalidOutputSpec, match="partition value"):
+        run_task_attempt(c, 0, 1, lambda w: w.write(table))
+    c.abort_job()
+    unchanged(target, before)
+    assert not os.path.exists(os.path.join(target, "..", "etc"))
+
+
+@pytest.mark.parametrize("name", ["../x.csv", "/abs/x.csv", "a/../../x", "a\\b.csv", "_hidden.csv", ".dot",
+                                  "C:/x.csv", "s3://bucket/x", "a//b"])
+def test_file_names_that_could_escape_are_refused(target, name):
+    before = sc.all_files(target)
+    c = FileOutputCommitter(target, "job", mode="append")
+    c.setup_job()
+    with pytest.raises(InvalidOutputSpec, match=r"file name"):
+        run_task_attempt(c, 0, 1, lambda w: w.open_file(name))
+    c.abort_job()
+    unchanged(target, before)
+
+
+def test_target_is_a_file(tmp_path):
+    path = tmp_path / "file.txt"
+    path.write_text("not a directory")
+    with pytest.raises(InvalidOutputSpec, match="is a file"):
+        FileOutputCommitter(str(path), "job", mode="append").setup_job()
+    assert path.read_text() == "not a directory"
+
+
+def test_file_system_without_atomic_create_is_refused(tmp_path):
+    os.makedirs(tmp_path / "base")
+    fs = fsspec.filesystem("dir", path=str(tmp_path / "base"), fs=fsspec.filesystem("file"))
+    with pytest.raises(StorageCapabilityError, match="no atomic create-if-absent"):
+        FileOutputCommitter("out", "job", mode="append", fs=fs).setup_job()
+
+
+def test_bad_data_is_refused_and_attempt_removed(target):
+    before = sc.all_files(target)
+    c = FileOutputCommitter(target, "job", mode="append", partition_by=["day"])
+    c.setup_job()
+    with pytest.raises(InvalidOutputSpec, match="pyarrow Tables or RecordBatches"):
+        run_task_attempt(c, 0, 1, lambda w: w.write({"day": ["x"]}))
+    with pytest.raises(InvalidOutputSpec, match=r"partition column\(s\) \['day'\] are not in the data"):
+        run_task_attempt(c, 0, 2, lambda w: w.write(pa.table({"x": [1]})))
+
+    def schema_change(w):
+        w.write(pa.table({"day": ["a"], "x": [1]}))
+        w.write(pa.table({"day": ["a"], "x": ["not an int"]}))
+
+    with pytest.raises(InvalidOutputSpec, match="schema changed"):
+        run_task_attempt(c, 0, 3, schema_change)
+    assert not any("/_temporary/attempt_" in f for f in sc.all_files(target)), "failed attempts leave no files"
+    c.abort_job()
+    unchanged(target, before)
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"", "not valid JSON"),
+    (b'{"format": "airflow-commit-provider/success", "version": 1, "committer"', "not valid JSON"),
+    (b"[]", "not a JSON object"),
+    (b'{"format": "something-else"}', "0-byte _SUCCESS comes from Hadoop"),
+])
+def test_corrupt_success_marker(tmp_path, content, message):
+    (tmp_path / "_SUCCESS").write_bytes(content)
+    with pytest.raises(CorruptRecord, match=message):
+        read_success_marker(str(tmp_path))
+
+
+def test_success_marker_with_wrong_totals_or_missing_file(tmp_path):
+    root = str(tmp_path / "out")
+    c = FileOutputCommitter(root, "job", mode="append")
+    c.setup_job()
+    run_task_attempt(c, 0, 1, lambda w: w.write(sc.task_table(0, 1)))
+    c.commit_job(1)
+    doc = json.loads((tmp_path / "out" / "_SUCCESS").read_bytes())
+    os.remove(os.path.join(root, doc["files"][0]["path"]))
+    with pytest.raises(CorruptRecord, match="no such file"):
+        read_success_marker(root, verify_files=True)
+    doc["totals"]["files"] = 7
+    (tmp_path / "out" / "_SUCCESS").write_text(json.dumps(doc))
+    with pytest.raises(CorruptRecord, match="totals.files=7"):
+        read_success_marker(root)
+    with pytest.raises(FileNotFoundError, match="has not committed"):
+        read_success_marker(str(tmp_path))
+
+
+def test_corrupt_task_record_stops_job_commit(tmp_path):
+    root = str(tmp_path / "out")
+    c = FileOutputCommitter(root, "job", mode="append")
+    c.setup_job()
+    run_task_attempt(c, 0, 1, lambda w: w.write(sc.task_table(0, 1)))
+    record = os.path.join(root, "_temporary", "job", "0", "_commits", "task_00000.json")
+    with open(record, "r+b") as fh:
+        fh.truncate(40)
+    with pytest.raises(CorruptRecord, match="task_00000.json is not valid JSON"):
+        c.commit_job(1)
+    assert sc.visible_files(root) == []
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "3", True])
+def test_bad_task_numbers(tmp_path, bad):
+    c = FileOutputCommitter(str(tmp_path), "job", mode="append")
+    c.setup_job()
+    with pytest.raises(InvalidOutputSpec, match="non-negative integer"):
+        c.setup_task(bad, 1)
+
+
+def test_unknown_fault_point_is_refused():
+    from airflow_commit_provider.protocol import faults
+
+    with pytest.raises(ValueError, match="unknown fault injection point"):
+        faults.arm("no.such.point")

@@ -1,0 +1,307 @@
+"""The committer's contract, in-process, on the local disk and on fsspec's memory file system."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import fsspec
+import pytest
+
+from airflow_commit_provider.protocol import (
+    CommitDenied,
+    FileOutputCommitter,
+    InvalidOutputSpec,
+    JobAlreadyCommitted,
+    JobConfigMismatch,
+    JobIncomplete,
+    TaskAttemptWriter,
+    read_success_marker,
+    run_task_attempt,
+)
+
+from . import scenario as sc
+
+
+@pytest.fixture(params=["local", "memory"])
+def root(request, tmp_path):
+    if request.param == "local":
+        yield str(tmp_path / "out")
+        return
+    path = f"memory://test-{uuid.uuid4().hex}/out"
+    yield path
+    fsspec.filesystem("memory").rm(path.split("://")[1].split("/")[0], recursive=True)
+
+
+def make(root, job="job", **kw):
+    kw.setdefault("mode", "append")
+    kw.setdefault("partition_by", ["day"])
+    return FileOutputCommitter(root, job, **kw)
+
+
+def write_attempt(c, task, attempt):
+    ta = c.setup_task(task, attempt)
+    with TaskAttemptWriter(c.store, ta, partition_by=c.partition_by) as w:
+        w.write(sc.task_table(task, attempt))
+    return ta, w.rows
+
+
+def produce(task, attempt):
+    return lambda w: w.write(sc.task_table(task, attempt))
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_commit_read_back(root, algorithm):
+    c = make(root, algorithm=algorithm)
+    c.setup_job()
+    for t in range(sc.TASKS):
+        assert run_task_attempt(c, t, 1, produce(t, 1)).status == "committed"
+    manifest = c.commit_job(sc.TASKS)
+    sc.assert_exactly_once(sc.read_rows(root))
+    assert manifest["totals"] == {"files": 8, "bytes": manifest["totals"]["bytes"], "rows": 24, "tasks": 4,
+                                  "partitions": 2}
+    assert read_success_marker(root, verify_files=True)["job_uuid"] == manifest["job_uuid"]
+    assert manifest["diagnostics"]["visibility"] == ("job-commit" if algorithm == 1 else "task-commit")
+    assert bool(manifest["diagnostics"]["warnings"]) == (algorithm == 2)
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_winner_idempotent_loser_denied_and_cleaned(root, algorithm):
+    c = make(root, algorithm=algorithm)
+    c.setup_job()
+    a, rows_a = write_attempt(c, 0, 1)
+    b, rows_b = write_attempt(c, 0, 2)
+    first = c.commit_task(a, rows_a)
+    assert c.commit_task(a, rows_a) == first, "the winner asking again gets the same record"
+    assert not c.needs_task_commit(a)
+    with pytest.raises(CommitDenied) as denied:
+        c.commit_task(b, rows_b)
+    assert denied.value.winner["attempt"] == 1 and not denied.value.attempt_failed
+    assert not c.store.exists(b.work_dir), "a denied attempt's files are removed"
+    c.commit_job(1)
+    assert {r["attempt"] for r in sc.read_rows(root)} == {1}
+
+
+def test_failed_attempt_cannot_commit_later(root):
+    c = make(root)
+    c.setup_job()
+    a, rows = write_attempt(c, 0, 1)
+    assert c.abort_task(a) is True
+    assert not c.store.exists(a.work_dir)
+    with pytest.raises(CommitDenied) as denied:
+        c.commit_task(a, rows)
+    assert denied.value.attempt_failed and denied.value.winner is None
+    # another attempt of the task still commits
+    assert run_task_attempt(c, 0, 2, produce(0, 2)).status == "committed"
+
+
+def test_abort_after_commit_started_keeps_the_commit(root):
+    c = make(root)
+    c.setup_job()
+    a, rows = write_attempt(c, 0, 1)
+    c.commit_task(a, rows)
+    assert c.abort_task(a) is False
+    c.commit_job(1)
+    assert len(sc.read_rows(root)) == sc.ROWS
+
+
+def test_recovery_does_not_run_the_task_again(root):
+    c = make(root)
+    c.setup_job()
+    run_task_attempt(c, 0, 1, produce(0, 1))
+    assert c.setup_job().app_attempt == 1
+    calls = []
+    outcome = run_task_attempt(c, 0, 2, lambda w: calls.append(1))
+    assert outcome.status == "recovered" and outcome.record["recovered_from_app"] == 0 and not calls
+    run_task_attempt(c, 1, 2, produce(1, 2))
+    assert c.setup_job().app_attempt == 2  # recovered twice: the pointer still leads to app 0's data
+    manifest = c.commit_job(2)
+    sc.assert_exactly_once(sc.read_rows(root), tasks=2)
+    assert {t["task"]: t["recovered_from_app"] for t in manifest["tasks"]} == {0: 0, 1: 1}
+
+
+def test_job_commit_names_missing_tasks_and_changes_nothing(root):
+    c = make(root)
+    c.setup_job()
+    run_task_attempt(c, 0, 1, produce(0, 1))
+    run_task_attempt(c, 2, 1, produce(2, 1))
+    before = sc.all_files(root)
+    with pytest.raises(JobIncomplete) as exc:
+        c.commit_job(5)
+    assert exc.value.missing == [1, 3, 4] and "1, 3, 4" in str(exc.value)
+    assert sc.all_files(root) == before
+
+
+def test_zero_tasks_commit_an_empty_output(root):
+    c = make(root)
+    c.setup_job()
+    manifest = c.commit_job(0)
+    assert manifest["totals"]["files"] == 0 and manifest["totals"]["rows"] == 0
+    assert read_success_marker(root)["files"] == []
+    assert sc.visible_files(root) == []
+
+
+def test_error_mode_refuses_non_empty_target_and_writes_nothing(tmp_path):
+    root = str(tmp_path / "out")
+    sc.write_old_data(root)
+    before = sc.all_files(root)
+    with pytest.raises(InvalidOutputSpec, match="already holds 2 data file"):
+        make(root, mode="error").setup_job()
+    assert sc.all_files(root) == before
+
+
+def test_error_mode_on_empty_target(root):
+    c = make(root, mode="error")
+    c.setup_job()
+    run_task_attempt(c, 0, 1, produce(0, 1))
+    c.commit_job(1)
+    assert len(sc.read_rows(root)) == sc.ROWS
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+@pytest.mark.parametrize("mode", ["append", "overwrite", "dynamic"])
+def test_modes_against_old_data(root, mode, algorithm):
+    sc.write_old_data(root)
+    c = make(root, mode=mode, algorithm=algorithm)
+    c.setup_job()
+    for t in range(sc.TASKS):
+        run_task_attempt(c, t, 1, produce(t, 1))
+    if mode != "append":
+        assert len(sc.visible_files(root)) >= 2, "old data stays until job commit"
+    c.commit_job(sc.TASKS)
+    sc.assert_exactly_once(sc.read_rows(root), old=sc.old_rows_expected(mode))
+    if mode == "dynamic":
+        for day in ("d0", "d1"):
+            assert read_success_marker(f"{root}/day={day}", verify_files=True)["partition"] == f"day={day}"
+
+
+@pytest.mark.parametrize("mode", ["append", "overwrite", "dynamic", "error"])
+def test_rerun_after_commit_replaces_the_jobs_own_output(root, mode):
+    """A clear of a DAG run whose job committed recomputes; re-running never duplicates, even in append."""
+    other = make(root, job="other-job")
+    other.setup_job()
+    run_task_attempt(other, 0, 1, lambda w: w.write(sc.task_table(50, 1)))
+    other.commit_job(1)
+    c = make(root, mode=mode if mode != "error" else "append")
+    for generation, attempt in ((0, 1), (1, 2)):
+        ctx = c.setup_job()
+        assert ctx.generation == generation
+        for t in range(sc.TASKS):
+            run_task_attempt(c, t, attempt, produce(t, attempt))
+        c.commit_job(sc.TASKS)
+    rows = [r for r in sc.read_rows(root) if r["task"] != 50]
+    sc.assert_exactly_once(rows)
+    assert {r["attempt"] for r in rows} == {2}, "the new generation replaced the old one"
+    other_rows = [r for r in sc.read_rows(root) if r["task"] == 50]
+    assert len(other_rows) == (0 if mode in ("overwrite", "dynamic") else sc.ROWS)  # same partitions
+    log = json.loads(c.store.read_bytes("_commits/job.json"))
+    assert log["generation"] == 1 and len(log["history"]) == 1
+
+
+def test_zombie_of_older_application_attempt_is_ignored(root):
+    c = make(root)
+    c.setup_job()
+    zombie, zombie_rows = write_attempt(c, 0, 1)  # app 0, never commits in time
+    c.setup_job()  # the DAG run is cleared: app 1
+    run_task_attempt(c, 0, 2, produce(0, 2))
+    c.commit_task(zombie, zombie_rows)  # the zombie wakes up and commits into app 0's directory
+    c.commit_job(1)
+    assert {r["attempt"] for r in sc.read_rows(root)} == {2}
+    with pytest.raises(JobAlreadyCommitted):  # a zombie after cleanup cannot start
+        c.setup_task(0, 3)
+    assert run_task_attempt(c, 0, 3, produce(0, 3)).status == "already_committed"
+    assert {r["attempt"] for r in sc.read_rows(root)} == {2}
+
+
+def test_commit_job_twice_is_idempotent(root):
+    c = make(root)
+    c.setup_job()
+    run_task_attempt(c, 0, 1, produce(0, 1))
+    first = c.commit_job(1)
+    again = c.commit_job(1)
+    assert again["job_uuid"] == first["job_uuid"] and again["files"] == first["files"]
+    assert len(sc.read_rows(root)) == sc.ROWS
+
+
+def test_config_mismatch_is_refused(root):
+    make(root, algorithm=1).setup_job()
+    with pytest.raises(JobConfigMismatch, match="algorithm"):
+        make(root, algorithm=2).setup_task(0, 1)
+
+
+def test_abort_job_refuses_once_commit_started(root):
+    from airflow_commit_provider.protocol import faults
+
+    c = make(root, mode="overwrite")
+    c.setup_job()
+    run_task_attempt(c, 0, 1, produce(0, 1))
+    faults.arm("commit_job.after_plan", "raise")
+    with pytest.raises(faults.InjectedFault):
+        c.commit_job(1)
+    faults.disarm()
+    assert c.abort_job()["state"] == "committing"
+    c.commit_job(1)
+    assert len(sc.read_rows(root)) == sc.ROWS
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_abort_job_restores_target(root, algorithm):
+    sc.write_old_data(root)
+    before = sc.all_files(root)
+    c = make(root, algorithm=algorithm)
+    c.setup_job()
+    for t in range(2):
+        run_task_attempt(c, t, 1, produce(t, 1))
+    result = c.abort_job()
+    assert result["aborted"]
+    assert sc.all_files(root) == before
+    assert c.abort_job()["state"] == "absent"
+
+
+def test_write_low_level_files_and_names(root):
+    c = make(root, partition_by=())
+    c.setup_job()
+
+    def write(w):
+        with w.open_file(extension="csv") as fh:
+            fh.write(b"a,b\n1,2\n")
+        with w.open_file("custom.json", partition={"day": "d1"}) as fh:
+            fh.write(b"{}")
+        with pytest.raises(InvalidOutputSpec, match="traversal"):
+            w.open_file("../escape.txt")
+
+    run_task_attempt(c, 0, 1, write)
+    manifest = c.commit_job(1)
+    names = sorted(f["path"] for f in manifest["files"])
+    assert names[0] == "day=d1/custom.json" and names[1].startswith("part-00000-") and names[1].endswith("-c000.csv")
+    assert manifest["totals"]["rows"] is None  # rows of non-Parquet files are unknown
+
+
+def test_injected_crash_at_every_point_in_process(root):
+    """The memory file system cannot be shared with another process, so its crash test raises in-process."""
+    from airflow_commit_provider.protocol import faults
+
+    reached = 0
+    for point in faults.POINTS:
+        if point.startswith("abort_job"):
+            continue
+        sub = f"{root}/{point}"
+        cfg = {"root": sub, "work": "", "algorithm": 1, "mode": "overwrite"}
+        sc.write_old_data(sub)
+        cfg["work"] = _workdir()
+        sc.phase_prior(cfg)
+        faults.arm(point, "raise", 2 if point.endswith("mid_move") or point == "writer.after_file" else 1)
+        try:
+            sc.phase_main(cfg, 11)
+        except faults.InjectedFault:
+            reached += 1
+        faults.disarm()
+        sc.phase_retry(cfg, 21)
+        sc.assert_exactly_once(sc.read_rows(sub), old=set())
+    assert reached >= len(faults.POINTS) - 6
+
+
+def _workdir() -> str:
+    import tempfile
+
+    return tempfile.mkdtemp()
