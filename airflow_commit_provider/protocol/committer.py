@@ -149,7 +149,7 @@ class OutputCommitter(ABC):
     def commit_job(self, expected_tasks: int | Iterable[int] | None = None) -> dict[str, Any]: ...
 
     @abstractmethod
-    def abort_job(self) -> dict[str, Any]: ...
+    def abort_job(self, *, keep_committed: bool = False) -> dict[str, Any]: ...
 
 
 class FileOutputCommitter(OutputCommitter):
@@ -724,8 +724,12 @@ class FileOutputCommitter(OutputCommitter):
                 "files": [f for f in log["files"] if f["task"] == task], "from_commit_log": True}
 
     # ------------------------------------------------------------------ abort
-    def abort_job(self) -> dict[str, Any]:
+    def abort_job(self, *, keep_committed: bool = False) -> dict[str, Any]:
         """Remove this job's uncommitted work, leaving the target as it was before the job.
+
+        With *keep_committed*, tasks committed with algorithm 1 stay (hidden under ``_temporary``) for a later
+        application attempt to recover: a failed DAG run that is cleared then recomputes only what is missing.
+        v2 tasks cannot be kept: their files were visible, and are removed with their records.
 
         Refuses (returns ``state="committing"``) once a job commit has fixed its plan: from then on only rolling
         forward is safe, and the next ``commit_job`` finishes the commit. Never touches another job's work.
@@ -736,16 +740,32 @@ class FileOutputCommitter(OutputCommitter):
             return {"job_id": self.job_id, "state": state, "aborted": False}
         if self._plan(job) is not None:
             return {"job_id": self.job_id, "state": "committing", "aborted": False}
-        removed_visible = 0
         apps = self._app_attempts(job)
-        if self.algorithm == 2:
-            for app in apps:
-                for name in self.store.list_dir(f"{self.layout.app_dir(app)}/_commits"):
-                    rec = records.read(self.store, f"{self.layout.app_dir(app)}/_commits/{name}", "task-commit")
-                    for f in (rec or {}).get("files", []):
-                        if rec and rec.get("recovered_from_app") is None and self.store.exists(f["path"]):
+        removed_visible = 0
+        kept: list[int] = []
+        for app in apps:
+            commits = f"{self.layout.app_dir(app)}/_commits"
+            for name in self.store.list_dir(commits):
+                rec = records.read(self.store, f"{commits}/{name}", "task-commit")
+                if rec is None:
+                    continue
+                if self.algorithm == 2:
+                    for f in rec["files"] if rec.get("recovered_from_app") is None else []:
+                        if self.store.exists(f["path"]):
                             self.store.delete_file(f["path"])
                             removed_visible += 1
+                elif keep_committed:
+                    self._complete_task_commit(rec)  # its data must leave the attempt directory before that goes
+                    kept.append(rec["task"])
+            if keep_committed:
+                if self.algorithm == 2:
+                    self.store.delete_tree(commits)
+                self.store.delete_tree(f"{self.layout.app_dir(app)}/{TEMPORARY}")
+                inject("abort_job.mid_delete")
+        if keep_committed:
+            inject("abort_job.after_delete")
+            return {"job_id": self.job_id, "state": "aborted", "aborted": True, "app_attempts": sorted(apps),
+                    "kept_committed_tasks": sorted(set(kept)), "visible_files_removed": removed_visible}
         for name in sorted(self.store.list_dir(self.layout.job_dir)):
             if name.isdigit():
                 self.store.delete_tree(self.layout.app_dir(int(name)))
@@ -755,7 +775,7 @@ class FileOutputCommitter(OutputCommitter):
         self.store.remove_dir_if_empty(TEMPORARY)
         inject("abort_job.after_delete")
         return {"job_id": self.job_id, "state": "aborted", "aborted": True, "app_attempts": sorted(apps),
-                "visible_files_removed": removed_visible}
+                "kept_committed_tasks": [], "visible_files_removed": removed_visible}
 
 
 def read_success_marker(path: Any, *, fs: Any = None, storage_options: dict[str, Any] | None = None,

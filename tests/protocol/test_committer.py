@@ -305,3 +305,23 @@ def _workdir() -> str:
     import tempfile
 
     return tempfile.mkdtemp()
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_soft_abort_keeps_committed_tasks_for_recovery(root, algorithm):
+    c = make(root, algorithm=algorithm)
+    c.setup_job()
+    run_task_attempt(c, 0, 1, produce(0, 1))
+    ta, _rows = write_attempt(c, 1, 1)  # never commits
+    result = c.abort_job(keep_committed=True)
+    assert result["kept_committed_tasks"] == ([0] if algorithm == 1 else [])
+    assert not c.store.exists(ta.work_dir)
+    assert sc.visible_files(root) == [], "nothing of a failed job stays visible"
+    c.setup_job()  # the failed DAG run is cleared
+    calls = []
+    outcome = run_task_attempt(c, 0, 2, lambda w: (calls.append(1), w.write(sc.task_table(0, 2))))
+    assert outcome.status == ("recovered" if algorithm == 1 else "committed")
+    assert len(calls) == (0 if algorithm == 1 else 1)
+    run_task_attempt(c, 1, 2, produce(1, 2))
+    c.commit_job(2)
+    sc.assert_exactly_once(sc.read_rows(root), tasks=2)

@@ -1,0 +1,69 @@
+"""Resolve an output root (path, URL or ObjectStoragePath) and an Airflow connection into a protocol store.
+
+S3 goes through the Amazon provider's connection (``ObjectStoragePath(url, conn_id=...)``), so credentials and
+``endpoint_url`` come from the connection and never from task arguments, logs or manifests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import BaseHook, ObjectStoragePath
+
+from ..protocol import InvalidOutputSpec, Store, store_for
+
+
+class CommitStorageHook(BaseHook):
+    """The store behind an output root; *conn_id* names the Airflow connection for remote file systems."""
+
+    conn_name_attr = "conn_id"
+    hook_name = "Commit protocol storage"
+
+    def __init__(self, conn_id: str | None = None) -> None:
+        super().__init__()
+        self.conn_id = conn_id
+
+    def get_store(self, target: Any) -> Store:
+        if isinstance(target, ObjectStoragePath):
+            return self._from_object_storage(target)
+        if not isinstance(target, str) or not target.strip():
+            raise InvalidOutputSpec(f"target must be a path, a URL or an ObjectStoragePath, got {target!r}")
+        if "://" in target and not target.startswith("file://"):
+            return self._from_object_storage(ObjectStoragePath(target, conn_id=self.conn_id))
+        if self.conn_id:
+            self.log.info("conn_id %r ignored for the local path %s", self.conn_id, target)
+        return store_for(target.removeprefix("file://"))
+
+    def _from_object_storage(self, path: ObjectStoragePath) -> Store:
+        conn_id = path.conn_id or self.conn_id
+        if conn_id:
+            self._check_connection(conn_id)
+            path = ObjectStoragePath(str(path), conn_id=conn_id)
+        protocol = path.protocol or "file"
+        if protocol in ("file", "local"):
+            return store_for(path.path)
+        try:
+            fs = path.fs
+        except Exception as exc:
+            raise InvalidOutputSpec(f"cannot open a {protocol} file system for {_redact(path)} "
+                                    f"(connection {conn_id!r}): {type(exc).__name__}: {exc}") from exc
+        return store_for(f"{protocol}://{path.path}", fs=fs)
+
+    @staticmethod
+    def _check_connection(conn_id: str) -> None:
+        from airflow.sdk.exceptions import AirflowRuntimeError
+
+        try:
+            BaseHook.get_connection(conn_id)
+        except AirflowRuntimeError as exc:
+            raise InvalidOutputSpec(f"Airflow connection {conn_id!r} is not defined: {exc}") from None
+        except Exception as exc:  # AirflowNotFoundException in some code paths
+            if "not defined" in str(exc) or "NotFound" in type(exc).__name__:
+                raise InvalidOutputSpec(f"Airflow connection {conn_id!r} is not defined") from None
+            raise
+
+
+def _redact(path: ObjectStoragePath) -> str:
+    """The path without any user-info part (an ``s3://conn@bucket`` form names a connection, not a secret, but
+    URLs can carry credentials)."""
+    return f"{path.protocol}://{path.path}"

@@ -1,0 +1,303 @@
+"""Operators for one write stage: setup, write (one task attempt per Airflow try), commit, abort.
+
+How Airflow maps onto Hadoop's model (see the README for the full table):
+
+- job: one write stage (``job_name``) of one DAG run into one target; its id is derived from dag id, run id and
+  job name, so it is the same for every try and every clear of that run;
+- application attempt: one run of the setup task. The first run is attempt 0; a setup retry or a clear of the DAG
+  run (which re-runs setup) is the next one. "Clear only failed tasks" re-runs neither setup nor teardown, so the
+  retried writes and commit continue in the same application attempt: the protocol reads the current attempt
+  from storage, never from XCom (XComs are wiped at every try);
+- task: one mapped write task instance (task number = ``map_index``; 0 when unmapped);
+- task attempt: one Airflow try (attempt number = ``ti.try_number``, unique per try, so a zombie try and its
+  successor never share a work directory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import re
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from ..hooks.storage import CommitStorageHook
+from ..protocol import CommitDenied, FileOutputCommitter, InvalidOutputSpec, run_task_attempt
+from ..protocol.committer import check_mode, normalize_algorithm
+from ..protocol.paths import check_partition_key
+
+#: Task state store key holding a write task's commit outcome (shown in the "Task State Store" tab).
+STATE_KEY = "commit"
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def make_job_id(dag_id: str, run_id: str, job_name: str) -> str:
+    """A directory-safe job id, stable for one stage of one DAG run.
+
+    Run ids hold ``:`` and ``+`` (``manual__2024-01-01T00:00:00+00:00``); unsafe characters become ``_`` and a short
+    hash of the exact original keeps two ids that differ only in those characters apart.
+    """
+    raw = f"{dag_id}__{run_id}__{job_name}"
+    safe = _UNSAFE.sub("_", raw).strip("._-") or "job"
+    if safe != raw or len(safe) > 180:
+        safe = f"{safe[:180]}-{hashlib.sha1(raw.encode()).hexdigest()[:10]}"
+    return safe.replace("..", "_")
+
+
+def _call(func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """Call *func* like PythonOperator does: positional *args*, and those of *kwargs* it names (all with **kw)."""
+    params = inspect.signature(func).parameters.values()
+    if not any(p.kind == p.VAR_KEYWORD for p in params):
+        names = {p.name for p in params}
+        kwargs = {k: v for k, v in kwargs.items() if k in names}
+    return func(*args, **kwargs)
+
+
+class CommitOperatorMixin:
+    """Configuration shared by every operator of a stage: where, how, and which job."""
+
+    commit_template_fields: tuple[str, ...] = ("target", "conn_id", "job_name")
+
+    def _init_commit(self, *, target: Any, conn_id: str | None = None, algorithm: int | str = 1, mode: str = "error",
+                     partition_by: Collection[str] | str = (), commit_threads: int | None = None,
+                     job_name: str | None = None) -> None:
+        if target is None or (isinstance(target, str) and not target.strip()):
+            raise InvalidOutputSpec("target is required: a local path, a URL such as s3://bucket/prefix, or an "
+                                    "ObjectStoragePath")
+        self.target = target
+        self.conn_id = conn_id
+        self.algorithm = normalize_algorithm(algorithm)
+        self.mode = check_mode(mode)
+        self.partition_by = [partition_by] if isinstance(partition_by, str) else list(partition_by)
+        for key in self.partition_by:
+            check_partition_key(key)
+        self.commit_threads = commit_threads
+        self.job_name = job_name
+
+    def _job_name(self) -> str:
+        if self.job_name:
+            return self.job_name
+        group = getattr(self, "task_group", None)
+        group_id = getattr(group, "group_id", None)
+        return group_id or "default"
+
+    def job_id(self, context: Mapping[str, Any]) -> str:
+        return make_job_id(context["dag"].dag_id, context["run_id"], self._job_name())
+
+    def committer(self, context: Mapping[str, Any]) -> FileOutputCommitter:
+        store = CommitStorageHook(self.conn_id).get_store(self.target)
+        return FileOutputCommitter(store, self.job_id(context), algorithm=self.algorithm, mode=self.mode,
+                                   partition_by=self.partition_by, commit_threads=self.commit_threads,
+                                   labels={"dag_id": context["dag"].dag_id, "run_id": context["run_id"],
+                                           "job_name": self._job_name()})
+
+
+class CommitSetupOperator(CommitOperatorMixin, BaseOperator):
+    """Job setup: allocates the next application attempt, writes the job record, makes sure the target exists.
+
+    Idempotent and never touches committed work. Returns the job context (job id, uuid, generation, application
+    attempt, state) as its XCom value.
+    """
+
+    template_fields = CommitOperatorMixin.commit_template_fields
+    ui_color = "#d6eaf8"
+
+    def __init__(self, *, target: Any, conn_id: str | None = None, algorithm: int | str = 1, mode: str = "error",
+                 partition_by: Collection[str] | str = (), commit_threads: int | None = None,
+                 job_name: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._init_commit(target=target, conn_id=conn_id, algorithm=algorithm, mode=mode, partition_by=partition_by,
+                          commit_threads=commit_threads, job_name=job_name)
+
+    def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        committer = self.committer(context)
+        job = committer.setup_job()
+        info = {**job.to_dict(), "target": committer.store.url(), "algorithm": committer.algorithm_name,
+                "mode": committer.mode, "clear_number": getattr(context.get("dag_run"), "clear_number", None),
+                "setup_try": context["ti"].try_number}
+        self.log.info("job %s: generation %s, application attempt %s (%s) at %s", job.job_id, job.generation,
+                      job.app_attempt, job.state, info["target"])
+        return info
+
+
+class CommitWriteOperator(CommitOperatorMixin, BaseOperator):
+    """One task of the stage; every Airflow try of it is one task attempt.
+
+    Give either *python_callable*, returning (or yielding) pyarrow Tables / RecordBatches, or *writer_callable*,
+    which receives ``writer`` (a :class:`~airflow_commit_provider.protocol.TaskAttemptWriter`: ``write(table)`` or
+    ``open_file(name)`` for arbitrary files). Both are called PythonOperator-style with *op_args*, *op_kwargs* and
+    the context keys they name.
+
+    If the task is already committed (by an earlier try, or by an earlier application attempt) the callable is
+    **not** called: the recorded summary is returned. Use ``.partial(...).expand(op_kwargs=[...])`` for many tasks
+    (task number = map index).
+    """
+
+    template_fields = (*CommitOperatorMixin.commit_template_fields, "op_args", "op_kwargs")
+    ui_color = "#d5f5e3"
+
+    def __init__(self, *, target: Any, python_callable: Callable[..., Any] | None = None,
+                 writer_callable: Callable[..., Any] | None = None, op_args: Sequence[Any] | None = None,
+                 op_kwargs: Mapping[str, Any] | None = None, conn_id: str | None = None, algorithm: int | str = 1,
+                 mode: str = "error", partition_by: Collection[str] | str = (), commit_threads: int | None = None,
+                 job_name: str | None = None, compression: str = "snappy", max_rows_per_file: int | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._init_commit(target=target, conn_id=conn_id, algorithm=algorithm, mode=mode, partition_by=partition_by,
+                          commit_threads=commit_threads, job_name=job_name)
+        if (python_callable is None) == (writer_callable is None):
+            raise InvalidOutputSpec("give exactly one of python_callable (returns pyarrow data) or writer_callable "
+                                    "(receives a writer)")
+        for name, func in (("python_callable", python_callable), ("writer_callable", writer_callable)):
+            if func is not None and not callable(func):
+                raise InvalidOutputSpec(f"{name} must be callable, got {type(func).__name__}")
+        self.python_callable = python_callable
+        self.writer_callable = writer_callable
+        self.op_args = list(op_args or [])
+        self.op_kwargs = dict(op_kwargs or {})
+        self.compression = compression
+        self.max_rows_per_file = max_rows_per_file
+
+    def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        ti = context["ti"]
+        task = max(ti.map_index if ti.map_index is not None else -1, 0)
+        attempt = ti.try_number
+        committer = self.committer(context)
+        call_kwargs = {**context, **self.op_kwargs}
+
+        def produce(writer: Any) -> None:
+            if self.writer_callable is not None:
+                _call(self.writer_callable, self.op_args, {**call_kwargs, "writer": writer})
+                return
+            result = _call(self.python_callable, self.op_args, call_kwargs)  # type: ignore[arg-type]
+            if result is not None:
+                writer.write(_to_arrow(result))
+
+        try:
+            outcome = run_task_attempt(committer, task, attempt, produce, compression=self.compression,
+                                       max_rows_per_file=self.max_rows_per_file)
+        except CommitDenied as denied:
+            self.log.error("task attempt %s of task %s was denied: %s", attempt, task, denied)
+            raise
+        summary = outcome.to_dict()
+        self.log.info("task %s attempt %s: %s (committed attempt %s, application attempt %s, recovered from %s); "
+                      "%s files, %s rows", task, attempt, outcome.status, summary["committed_attempt"],
+                      summary["app_attempt"], summary["recovered_from_app"], summary["files"], summary["rows"])
+        _save_state(context, summary)
+        return summary
+
+
+def _to_arrow(result: Any) -> Any:
+    """pandas DataFrames are accepted too; everything else goes to the writer as is (Tables, batches, iterables)."""
+    if type(result).__module__.startswith("pandas") and hasattr(result, "to_records"):
+        import pyarrow as pa
+
+        return pa.Table.from_pandas(result, preserve_index=False)
+    return result
+
+
+def _save_state(context: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
+    """Record the outcome in the task state store (survives retries and clears; has its own UI tab)."""
+    store = context.get("task_state_store")
+    if store is None:
+        return
+    try:
+        store.set(STATE_KEY, dict(summary))
+    except Exception as exc:  # the store is a convenience for the UI; the commit record is the truth
+        import logging
+
+        logging.getLogger(__name__).warning("could not save the commit outcome in the task state store: %s", exc)
+
+
+class CommitJobOperator(CommitOperatorMixin, BaseOperator):
+    """Job commit: idempotent and resumable; returns the commit summary (files, rows, bytes, attempts, timings).
+
+    The expected tasks are *expected_tasks* when given, otherwise the number of task instances of *write_task_id*
+    in this DAG run (a mapped write expanded to zero tasks commits an empty output).
+    """
+
+    template_fields = (*CommitOperatorMixin.commit_template_fields, "expected_tasks")
+    ui_color = "#fcf3cf"
+
+    def __init__(self, *, target: Any, write_task_id: str | None = None, expected_tasks: int | None = None,
+                 conn_id: str | None = None, algorithm: int | str = 1, mode: str = "error",
+                 partition_by: Collection[str] | str = (), commit_threads: int | None = None,
+                 job_name: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._init_commit(target=target, conn_id=conn_id, algorithm=algorithm, mode=mode, partition_by=partition_by,
+                          commit_threads=commit_threads, job_name=job_name)
+        if write_task_id is None and expected_tasks is None:
+            raise InvalidOutputSpec("CommitJobOperator needs write_task_id or expected_tasks to know which tasks "
+                                    "must have committed")
+        self.write_task_id = write_task_id
+        self.expected_tasks = expected_tasks
+
+    def _expected(self, context: Mapping[str, Any]) -> int:
+        if self.expected_tasks is not None:
+            return int(self.expected_tasks)
+        ti = context["ti"]
+        states = ti.get_task_states(dag_id=context["dag"].dag_id, task_ids=[self.write_task_id],
+                                    run_ids=[context["run_id"]])
+        return count_write_tasks(states.get(context["run_id"], {}), self.write_task_id)
+
+    def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        committer = self.committer(context)
+        expected = self._expected(context)
+        manifest = committer.commit_job(expected)
+        summary = summarize(manifest)
+        self.log.info("job %s committed: %s files, %s rows, %s bytes in %s tasks (application attempt %s); "
+                      "stages: %s", manifest["job_id"], *(manifest["totals"][k] for k in ("files", "rows", "bytes",
+                                                                                         "tasks")),
+                      manifest["app_attempt"], manifest["durations"])
+        for warning in manifest["diagnostics"]["warnings"]:
+            self.log.warning(warning)
+        return summary
+
+
+def count_write_tasks(states: Mapping[str, Any], task_id: str) -> int:
+    """How many write task instances a run has, from ``get_task_states``: mapped ones are keyed
+    ``<task_id>_<map_index>``; an unmapped or zero-length-mapped one is keyed ``<task_id>``."""
+    mapped = [k for k in states if k.startswith(f"{task_id}_") and k[len(task_id) + 1:].isdigit()]
+    if mapped:
+        return len(mapped)
+    state = states.get(task_id)
+    return 0 if state in (None, "skipped", "removed") else 1
+
+
+def summarize(manifest: Mapping[str, Any], max_files: int = 1000) -> dict[str, Any]:
+    """The commit summary published as XCom: the manifest with at most *max_files* file entries."""
+    summary = {k: v for k, v in manifest.items() if k not in ("files",)}
+    summary["files"] = manifest["files"][:max_files]
+    summary["files_truncated"] = len(manifest["files"]) > max_files
+    return summary
+
+
+class CommitAbortOperator(CommitOperatorMixin, BaseOperator):
+    """The stage's teardown: cleans up after a failed run, never after a committed one.
+
+    A teardown runs whatever happened (its trigger rule cannot be changed), so it looks at the storage: if the job
+    committed, or its commit has started (it can only be finished, not undone), it does nothing. Otherwise it
+    removes every uncommitted attempt's files and **keeps committed tasks** (hidden under ``_temporary``), so that
+    clearing the failed run recovers them instead of recomputing them. ``purge=True`` removes everything
+    (Hadoop's abortJob): the target is left exactly as before the job. With algorithm v2, committed tasks' files
+    were already visible and are always removed.
+    """
+
+    template_fields = CommitOperatorMixin.commit_template_fields
+    ui_color = "#fadbd8"
+
+    def __init__(self, *, target: Any, conn_id: str | None = None, algorithm: int | str = 1, mode: str = "error",
+                 partition_by: Collection[str] | str = (), commit_threads: int | None = None,
+                 job_name: str | None = None, purge: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._init_commit(target=target, conn_id=conn_id, algorithm=algorithm, mode=mode, partition_by=partition_by,
+                          commit_threads=commit_threads, job_name=job_name)
+        self.purge = purge
+
+    def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        result = self.committer(context).abort_job(keep_committed=not self.purge)
+        self.log.info("abort of job %s: %s", result["job_id"], result)
+        return result
