@@ -1,9 +1,18 @@
-"""Shared fixtures. Tests run from the repository root; worker processes import ``tests.*`` from there."""
+"""Shared fixtures. Tests run from the repository root; worker processes import ``tests.*`` from there.
+
+Airflow reads its configuration when first imported, and test modules import it at collection time, so the
+session's Airflow home (SQLite metadata DB, DAGs folder holding the example DAGs and the test DAGs) is prepared
+here, at import, before any test module is collected. The DB itself is migrated lazily by the ``airflow_db``
+fixture, so protocol-only runs never pay for it.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +20,42 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+SESSION_DIR = Path(tempfile.mkdtemp(prefix="commit-provider-tests-"))
+AIRFLOW_HOME = SESSION_DIR / "airflow-home"
+DAGS_FOLDER = AIRFLOW_HOME / "dags"
+TEST_ROOT = SESSION_DIR / "outputs"
+TEST_WORK = SESSION_DIR / "work"
+
+
+def _prepare_airflow_home() -> None:
+    DAGS_FOLDER.mkdir(parents=True)
+    TEST_ROOT.mkdir()
+    TEST_WORK.mkdir()
+    for src in list((REPO / "dags_examples").glob("*.py")) + list((REPO / "tests/airflow/dags").glob("*.py")):
+        shutil.copy(src, DAGS_FOLDER / src.name)
+    os.environ.update({
+        "AIRFLOW_HOME": str(AIRFLOW_HOME),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{AIRFLOW_HOME}/airflow.db",
+        "COMMIT_DEMO_ROOT": str(TEST_ROOT / "demo"),
+        "COMMIT_DEMO_CALLS": str(TEST_WORK / "demo-calls.log"),
+        "COMMIT_TEST_ROOT": str(TEST_ROOT),
+        "COMMIT_TEST_WORK": str(TEST_WORK),
+    })
+
+
+_prepare_airflow_home()
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Path:
+    """A migrated SQLite metadata database for this session (``airflow db migrate``, ~10 s)."""
+    airflow = Path(sys.executable).with_name("airflow")
+    subprocess.run([str(airflow), "db", "migrate"], check=True, capture_output=True, env=os.environ.copy())
+    return AIRFLOW_HOME
 
 
 @pytest.fixture(autouse=True)

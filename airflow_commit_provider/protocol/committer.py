@@ -782,13 +782,16 @@ def read_success_marker(path: Any, *, fs: Any = None, storage_options: dict[str,
                         verify_files: bool = False) -> dict[str, Any]:
     """Load and validate the ``_SUCCESS`` manifest of an output root (or of a partition of it).
 
-    *path* is the output root or the ``_SUCCESS`` file itself. With *verify_files*, every listed file must exist
+    *path* is the output root, the ``_SUCCESS`` file itself, or a :class:`Store`. With *verify_files*, every listed file must exist
     with its recorded size. Raises :class:`FileNotFoundError` when there is no ``_SUCCESS`` and
     :class:`CorruptRecord` naming the problem when it is not a valid manifest.
     """
-    text = os.fspath(path) if hasattr(path, "__fspath__") else str(path)
-    root = text[: -len(SUCCESS) - 1] if text.rstrip("/").endswith("/" + SUCCESS) else text
-    store = store_for(root, fs=fs, storage_options=storage_options)
+    if isinstance(path, Store):
+        store = path
+    else:
+        text = os.fspath(path) if hasattr(path, "__fspath__") else str(path)
+        root = text[: -len(SUCCESS) - 1] if text.rstrip("/").endswith("/" + SUCCESS) else text
+        store = store_for(root, fs=fs, storage_options=storage_options)
     try:
         data = store.read_bytes(SUCCESS)
     except FileNotFoundError:

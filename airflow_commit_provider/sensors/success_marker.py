@@ -1,0 +1,77 @@
+"""Wait for a committed output: ``_SUCCESS`` present, valid, optionally of a given job, files checked."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
+
+from ..hooks.storage import CommitStorageHook
+from ..protocol import read_success_marker
+from ..protocol.layout import SUCCESS
+from ..triggers.success_marker import SuccessMarkerTrigger
+
+
+def check_success_marker(target: Any, conn_id: str | None, job_id: str | None,
+                         verify_files: bool) -> dict[str, Any] | None:
+    """The validated manifest, or ``None`` while there is none (or it belongs to another job)."""
+    store = CommitStorageHook(conn_id).get_store(target)
+    if not store.exists(SUCCESS):
+        return None
+    manifest = read_success_marker(store, verify_files=verify_files)
+    if job_id is not None and manifest["job_id"] != job_id:
+        return None
+    return manifest
+
+
+class SuccessMarkerSensor(BaseSensorOperator):
+    """Waits for ``_SUCCESS`` under *target* (an output root or one partition of it) and returns its manifest.
+
+    Works in ``poke`` and ``reschedule`` mode and deferrable (``deferrable=True``, default from ``[operators]
+    default_deferrable``), in which case the waiting happens in the triggerer. A corrupt manifest fails the task
+    with a message naming the problem. With *job_id* only that job's ``_SUCCESS`` counts; with *verify_files* every
+    listed file must exist with its recorded size.
+    """
+
+    template_fields = ("target", "conn_id", "job_id")
+    ui_color = "#fdebd0"
+
+    def __init__(self, *, target: Any, conn_id: str | None = None, job_id: str | None = None,
+                 verify_files: bool = False,
+                 deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.target = target
+        self.conn_id = conn_id
+        self.job_id = job_id
+        self.verify_files = verify_files
+        self.deferrable = deferrable
+
+    def execute(self, context: Mapping[str, Any]) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        found = self.poke(context)
+        if found.is_done:
+            return found.xcom_value
+        self.defer(trigger=SuccessMarkerTrigger(str(self.target), self.conn_id, self.job_id, self.verify_files,
+                                                self.poke_interval),
+                   method_name="execute_complete",
+                   timeout=timedelta(seconds=self.timeout) if self.timeout else None)
+
+    def poke(self, context: Mapping[str, Any]) -> PokeReturnValue:
+        manifest = check_success_marker(self.target, self.conn_id, self.job_id, self.verify_files)
+        if manifest is None:
+            self.log.info("no committed _SUCCESS under %s yet", self.target)
+            return PokeReturnValue(is_done=False)
+        self.log.info("found _SUCCESS of job %s: %s files, %s rows", manifest["job_id"],
+                      manifest["totals"]["files"], manifest["totals"]["rows"])
+        return PokeReturnValue(is_done=True, xcom_value=manifest)
+
+    def execute_complete(self, context: Mapping[str, Any], event: Mapping[str, Any]) -> dict[str, Any]:
+        if event.get("status") != "success":
+            from ..protocol import CorruptRecord
+
+            raise CorruptRecord(f"waiting for _SUCCESS under {self.target} failed: {event.get('message')}")
+        return event["manifest"]

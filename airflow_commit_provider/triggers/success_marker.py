@@ -1,0 +1,42 @@
+"""Deferrable waiting for ``_SUCCESS``: runs in the triggerer, polls the store without holding a worker slot."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+
+class SuccessMarkerTrigger(BaseTrigger):
+    """Fires when a valid ``_SUCCESS`` exists under *target* (and, with *job_id*, belongs to that job)."""
+
+    def __init__(self, target: str, conn_id: str | None = None, job_id: str | None = None,
+                 verify_files: bool = False, poke_interval: float = 5.0) -> None:
+        super().__init__()
+        self.target = target
+        self.conn_id = conn_id
+        self.job_id = job_id
+        self.verify_files = verify_files
+        self.poke_interval = poke_interval
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return ("airflow_commit_provider.triggers.success_marker.SuccessMarkerTrigger",
+                {"target": self.target, "conn_id": self.conn_id, "job_id": self.job_id,
+                 "verify_files": self.verify_files, "poke_interval": self.poke_interval})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from ..sensors.success_marker import check_success_marker
+
+        while True:
+            try:
+                manifest = await asyncio.to_thread(check_success_marker, self.target, self.conn_id, self.job_id,
+                                                   self.verify_files)
+            except Exception as exc:  # a corrupt manifest is an answer, not a reason to keep waiting
+                yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
+                return
+            if manifest is not None:
+                yield TriggerEvent({"status": "success", "manifest": manifest})
+                return
+            await asyncio.sleep(self.poke_interval)
