@@ -158,8 +158,8 @@ def test_mapped_over_nothing_commits_an_empty_output(dags):
     assert manifest["totals"]["files"] == 0 and manifest["totals"]["tasks"] == 0
 
 
-def test_sensor_poke_and_deferrable(dags):
-    assert run(dags.ct_append_v1).state == "success"
+def test_sensor_reschedule_and_deferrable(dags):
+    assert run(dags.ct_dynamic_v1).state == "success"
     dr = run(dags.ct_sensor)
     assert dr.state == "success", states(dr)
     from airflow.models.xcom import XComModel

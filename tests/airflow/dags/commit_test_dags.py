@@ -67,7 +67,7 @@ ct_empty = stage_dag("ct_empty", tasks=0)
 
 with DAG("ct_sensor", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
          tags=["airflow-commit-provider-tests"]) as ct_sensor:
-    SuccessMarkerSensor(task_id="wait_poke", target=os.path.join(ROOT, "ct_append_v1"), mode="poke",
-                        poke_interval=0.5, timeout=60, verify_files=True)
-    SuccessMarkerSensor(task_id="wait_deferred", target=os.path.join(ROOT, "ct_append_v1"), deferrable=True,
-                        poke_interval=0.5, timeout=60, verify_files=True)
+    SuccessMarkerSensor(task_id="wait_poke", target=os.path.join(ROOT, "ct_dynamic_v1"), mode="reschedule",
+                        poke_interval=1, timeout=600, verify_files=True)
+    SuccessMarkerSensor(task_id="wait_deferred", target=os.path.join(ROOT, "ct_dynamic_v1"), deferrable=True,
+                        poke_interval=1, timeout=600, verify_files=True)

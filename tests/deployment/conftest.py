@@ -1,0 +1,174 @@
+"""A real Airflow deployment for the tests: api-server, scheduler, dag-processor and triggerer, started on
+127.0.0.1 with LocalExecutor and SQLite (``--skip-serve-logs``, so nothing listens beyond loopback), driven only
+through the REST API with a token from Airflow's own SimpleAuthManager."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from ..conftest import DAGS_FOLDER, SESSION_DIR
+
+HOME = SESSION_DIR / "deploy-home"
+ROOT = SESSION_DIR / "deploy-outputs"
+WORK = SESSION_DIR / "deploy-work"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Deployment:
+    def __init__(self, port: int, env: dict[str, str]) -> None:
+        self.port = port
+        self.env = env
+        self.base = f"http://127.0.0.1:{port}"
+        self.procs: list[subprocess.Popen] = []
+        self.session = requests.Session()
+        self.root, self.work = ROOT, WORK
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        airflow = str(Path(sys.executable).with_name("airflow"))
+        subprocess.run([airflow, "db", "migrate"], env=self.env, check=True, capture_output=True)
+        commands = {
+            "api-server": [airflow, "api-server", "-H", "127.0.0.1", "-p", str(self.port)],
+            "scheduler": [airflow, "scheduler", "--skip-serve-logs"],
+            "dag-processor": [airflow, "dag-processor"],
+            "triggerer": [airflow, "triggerer", "--skip-serve-logs"],
+        }
+        for name, cmd in commands.items():
+            log = open(HOME / f"{name}.log", "w")
+            self.procs.append(subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                               start_new_session=True))
+        self._wait_healthy()
+        self._login()
+
+    def stop(self) -> None:
+        for p in self.procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + 20
+        for p in self.procs:
+            try:
+                p.wait(timeout=max(1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+
+    def _wait_healthy(self, timeout: float = 240) -> None:
+        deadline = time.time() + timeout
+        last = None
+        while time.time() < deadline:
+            for p in self.procs:
+                if p.poll() is not None:
+                    raise RuntimeError(f"{p.args[1]} exited with {p.returncode}; see {HOME}")
+            try:
+                health = requests.get(f"{self.base}/api/v2/monitor/health", timeout=5).json()
+                last = health
+                if all(health.get(k, {}).get("status") == "healthy"
+                       for k in ("metadatabase", "scheduler", "triggerer", "dag_processor")):
+                    return
+            except (requests.RequestException, ValueError):
+                pass
+            time.sleep(2)
+        raise RuntimeError(f"deployment not healthy after {timeout} s: {last}")
+
+    def _login(self) -> None:
+        passwords = json.loads((HOME / "simple_auth_manager_passwords.json.generated").read_text())
+        token = requests.post(f"{self.base}/auth/token", json={"username": "admin", "password": passwords["admin"]},
+                              timeout=10).json()["access_token"]
+        self.session.headers["Authorization"] = f"Bearer {token}"
+
+    # ---------------------------------------------------------------- REST helpers
+    def api(self, method: str, path: str, **kw) -> dict:
+        resp = self.session.request(method, f"{self.base}/api/v2{path}", timeout=30, **kw)
+        assert resp.status_code < 300, f"{method} {path}: {resp.status_code} {resp.text}"
+        return resp.json() if resp.content else {}
+
+    def wait_dag(self, dag_id: str, timeout: float = 180) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            resp = self.session.get(f"{self.base}/api/v2/dags/{dag_id}", timeout=10)
+            if resp.status_code == 200:
+                if resp.json().get("is_paused"):
+                    self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
+                return
+            time.sleep(2)
+        raise RuntimeError(f"DAG {dag_id} never appeared")
+
+    def trigger(self, dag_id: str, run_id: str) -> None:
+        self.wait_dag(dag_id)
+        self.api("POST", f"/dags/{dag_id}/dagRuns", json={"dag_run_id": run_id, "logical_date": None})
+
+    def run_state(self, dag_id: str, run_id: str) -> str:
+        return self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")["state"]
+
+    def wait_run(self, dag_id: str, run_id: str, states=("success", "failed"), timeout: float = 300) -> str:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            state = self.run_state(dag_id, run_id)
+            if state in states:
+                return state
+            time.sleep(1)
+        raise TimeoutError(f"{dag_id}/{run_id} still {state} after {timeout} s: {self.ti_states(dag_id, run_id)}")
+
+    def ti_states(self, dag_id: str, run_id: str) -> dict[str, str]:
+        tis = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
+        return {f"{t['task_id']}[{t['map_index']}]": t["state"] for t in tis}
+
+    def wait_ti(self, dag_id: str, run_id: str, key: str, state: str, timeout: float = 180) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.ti_states(dag_id, run_id).get(key) == state:
+                return
+            time.sleep(1)
+        raise TimeoutError(f"{key} never reached {state}: {self.ti_states(dag_id, run_id)}")
+
+    def clear(self, dag_id: str, run_id: str, only_failed: bool) -> None:
+        self.api("POST", f"/dags/{dag_id}/clearTaskInstances",
+                 json={"dag_run_id": run_id, "only_failed": only_failed, "dry_run": False, "reset_dag_runs": True})
+
+
+@pytest.fixture(scope="session")
+def deployment():
+    for d in (HOME, ROOT, WORK):
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+    port = _free_port()
+    env = {**os.environ,
+           "AIRFLOW_HOME": str(HOME),
+           "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
+           "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{HOME}/airflow.db",
+           "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+           "AIRFLOW__CORE__PARALLELISM": "4",
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+           "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+           "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+           "AIRFLOW__API_AUTH__JWT_SECRET": "commit-provider-tests-only-" + os.urandom(8).hex(),
+           "AIRFLOW__API__SECRET_KEY": "commit-provider-tests-only-" + os.urandom(8).hex(),
+           "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+           "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+           "COMMIT_TEST_ROOT": str(ROOT),
+           "COMMIT_TEST_WORK": str(WORK)}
+    env.pop("COMMIT_PROVIDER_FAULTS", None)
+    dep = Deployment(port, env)
+    try:
+        dep.start()
+        yield dep
+    finally:
+        dep.stop()
