@@ -24,7 +24,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from ..hooks.storage import CommitStorageHook
-from ..protocol import CommitDenied, FileOutputCommitter, InvalidOutputSpec, run_task_attempt
+from ..protocol import CommitDenied, FileOutputCommitter, InvalidOutputSpec, make_committer, run_task_attempt
 from ..protocol.committer import check_mode, normalize_algorithm
 from ..protocol.paths import check_partition_key
 
@@ -89,10 +89,10 @@ class CommitOperatorMixin:
 
     def committer(self, context: Mapping[str, Any]) -> FileOutputCommitter:
         store = CommitStorageHook(self.conn_id).get_store(self.target)
-        return FileOutputCommitter(store, self.job_id(context), algorithm=self.algorithm, mode=self.mode,
-                                   partition_by=self.partition_by, commit_threads=self.commit_threads,
-                                   labels={"dag_id": context["dag"].dag_id, "run_id": context["run_id"],
-                                           "job_name": self._job_name()})
+        return make_committer(store, self.job_id(context), algorithm=self.algorithm, mode=self.mode,
+                              partition_by=self.partition_by, commit_threads=self.commit_threads,
+                              labels={"dag_id": context["dag"].dag_id, "run_id": context["run_id"],
+                                      "job_name": self._job_name()})
 
 
 class CommitSetupOperator(CommitOperatorMixin, BaseOperator):

@@ -50,18 +50,18 @@ from .paths import check_partition_key, is_hidden, partition_of
 from .store import Store, store_for
 
 MODES = ("error", "append", "overwrite", "dynamic")
-_ALGORITHMS = {"1": 1, "v1": 1, "2": 2, "v2": 2}
+_ALGORITHMS: dict[str, int | str] = {"1": 1, "v1": 1, "2": 2, "v2": 2, "magic": "magic"}
 
 T = TypeVar("T")
 
 
-def normalize_algorithm(algorithm: int | str) -> int:
-    """``1``/``"v1"``/``"1"`` -> 1, ``2``/``"v2"`` -> 2; anything else is refused by name."""
+def normalize_algorithm(algorithm: int | str) -> int | str:
+    """``1``/``"v1"``/``"1"`` -> 1, ``2``/``"v2"`` -> 2, ``"magic"``; anything else is refused by name."""
     key = str(algorithm).strip().lower()
-    if key not in _ALGORITHMS:
+    if key not in _ALGORITHMS or isinstance(algorithm, bool):
         raise InvalidOutputSpec(
-            f"unknown FileOutputCommitter algorithm {algorithm!r}: use 1 (v1, atomic job commit) or 2 (v2, task "
-            "commit moves files into the output; faster, partial output visible on failure)")
+            f"unknown committer algorithm {algorithm!r}: use 1 (v1, atomic job commit), 2 (v2, task commit moves "
+            "files into the output; faster, partial output visible on failure) or 'magic' (S3, zero copy)")
     return _ALGORITHMS[key]
 
 
@@ -120,6 +120,31 @@ def parallel(fn: Callable[[T], Any], items: Sequence[T], threads: int) -> None:
             pass
 
 
+class StageClock:
+    """Wall time per stage of a job commit and, on object stores, requests by operation and bytes copied."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.durations: dict[str, float] = {}
+        self.requests: dict[str, dict[str, int]] = {}
+        self.start = self._t = time.monotonic()
+        self._r = store.request_counts()
+        self.bytes_copied_start = store.bytes_copied
+
+    def end(self, stage: str) -> None:
+        now, counts = time.monotonic(), self.store.request_counts()
+        self.durations[stage] = round(now - self._t, 6)
+        delta = {op: n - self._r.get(op, 0) for op, n in counts.items() if n != self._r.get(op, 0)}
+        if counts:
+            self.requests[stage] = delta
+        self._t, self._r = now, counts
+
+    def summary(self) -> dict[str, Any]:
+        self.durations["total"] = round(time.monotonic() - self.start, 6)
+        return {"durations": dict(self.durations), "requests": dict(self.requests),
+                "bytes_copied": self.store.bytes_copied - self.bytes_copied_start}
+
+
 class OutputCommitter(ABC):
     """Hadoop's OutputCommitter contract."""
 
@@ -173,6 +198,9 @@ class FileOutputCommitter(OutputCommitter):
         self.store: Store = store_for(output, fs=fs, storage_options=storage_options)
         self.job_id = check_job_id(job_id)
         self.algorithm = normalize_algorithm(algorithm)
+        if self.algorithm == "magic":
+            raise InvalidOutputSpec("algorithm 'magic' is the MagicCommitter: build it with make_committer() or "
+                                    "MagicCommitter")
         self.mode = check_mode(mode)
         if isinstance(partition_by, str):
             partition_by = [partition_by]
@@ -348,7 +376,7 @@ class FileOutputCommitter(OutputCommitter):
         inject("commit_task.before_record")
         job = self._require_job()
         if ta.job_uuid != job["job_uuid"]:
-            self.store.delete_tree(ta.work_dir)
+            self._discard_attempt(ta)
             raise CommitDenied(f"task attempt {ta.name} belongs to job generation {ta.job_uuid}, the job is now "
                                f"{job['job_uuid']}; its files were removed", task=ta.task, attempt=ta.attempt)
         plan = self._plan(job)
@@ -356,11 +384,11 @@ class FileOutputCommitter(OutputCommitter):
             rec = plan["tasks"].get(str(ta.task))
             if rec is not None and rec["attempt"] == ta.attempt and rec["app_attempt"] == ta.app_attempt:
                 return rec
-            self.store.delete_tree(ta.work_dir)
+            self._discard_attempt(ta)
             raise CommitDenied(f"job {self.job_id} is already committing; task {ta.task} is committed by "
                                f"{rec and rec['attempt']}", task=ta.task, attempt=ta.attempt, winner=rec)
         if self._claim(ta, "committing") == "failed":
-            self.store.delete_tree(ta.work_dir)
+            self._discard_attempt(ta)
             raise CommitDenied(f"task attempt {ta.name} was recorded as failed and cannot commit; its files were "
                                "removed", task=ta.task, attempt=ta.attempt, attempt_failed=True)
         rec_path = self.layout.task_record(ta.app_attempt, ta.task)
@@ -375,13 +403,24 @@ class FileOutputCommitter(OutputCommitter):
         assert existing is not None
         self._complete_task_commit(existing)
         if existing["attempt"] != ta.attempt or existing.get("recovered_from_app") is not None:
-            self.store.delete_tree(ta.work_dir)
+            self._discard_attempt(ta)
             raise CommitDenied(
                 f"task {ta.task} of job {self.job_id} was already committed by attempt {existing['attempt']} "
                 f"(application attempt {existing['app_attempt']}); attempt {ta.attempt}'s files were removed",
                 task=ta.task, attempt=ta.attempt, winner=existing)
         inject("commit_task.after_move")
         return existing
+
+    def open_task_file(self, ta: TaskAttemptContext, rel: str) -> Any:
+        """A writable binary file for *rel* (relative to the output root) in task attempt *ta*."""
+        return self.store.open_write(f"{ta.work_dir}/{rel}")
+
+    def _discard_attempt(self, ta: TaskAttemptContext) -> None:
+        """Remove everything a (denied, failed or stale) attempt wrote."""
+        self._discard_dir(ta.work_dir)
+
+    def _discard_dir(self, work_dir: str) -> None:
+        self.store.delete_tree(work_dir)
 
     def _new_task_record(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None) -> dict[str, Any]:
         rows = dict(rows or {})
@@ -393,7 +432,10 @@ class FileOutputCommitter(OutputCommitter):
             if n is None and rel.endswith(".parquet"):
                 n = self._parquet_rows(f"{ta.work_dir}/{rel}")
             files.append({"path": rel, "size": size, "rows": n, "task": ta.task})
-        data_dir = self.layout.task_dir(ta.app_attempt, ta.task) if self.algorithm == 1 else ""
+        # v1 renames the attempt directory to the task directory where that is one atomic call; on object stores
+        # (no rename: a move copies every byte) the record alone commits, and job commit copies the data once.
+        data_dir = "" if self.algorithm == 2 else (
+            self.layout.task_dir(ta.app_attempt, ta.task) if self.store.atomic_dir_rename else ta.work_dir)
         return {"job_id": self.job_id, "job_uuid": ta.job_uuid, "task": ta.task, "attempt": ta.attempt,
                 "app_attempt": ta.app_attempt, "work_dir": ta.work_dir, "data_dir": data_dir,
                 "recovered_from_app": None, "committed": records.now_iso(), "files": files}
@@ -420,24 +462,20 @@ class FileOutputCommitter(OutputCommitter):
                         if not self.store.exists(data_dir):  # not a concurrent completion of the same rename
                             raise
                     inject("commit_task.mid_move")
-            else:
-                for f in rec["files"]:
-                    if self._move_once(f"{src}/{f['path']}", f"{data_dir}/{f['path']}"):
-                        inject("commit_task.mid_move")
             self._require_files(rec, data_dir)
             return
         for f in rec["files"]:
-            if self._move_once(f"{src}/{f['path']}", f["path"]):
+            if self._move_once(f"{src}/{f['path']}", f["path"], f["size"]):
                 inject("commit_task.mid_move")
         self.store.delete_tree(src)
 
-    def _move_once(self, src: str, dst: str) -> bool:
+    def _move_once(self, src: str, dst: str, size: int | None = None) -> bool:
         """Move *src* to *dst* unless that already happened (earlier run, or a concurrent completer).
 
         ``True`` when this call moved the file. A file in neither place was deleted outside the protocol.
         """
         try:
-            self.store.move_file(src, dst)
+            self.store.move_file(src, dst, size)
             return True
         except FileNotFoundError:
             if self.store.exists(dst):
@@ -459,7 +497,7 @@ class FileOutputCommitter(OutputCommitter):
         if self._claim(ta, "failed") != "failed":
             return False
         inject("abort_task.after_marker")
-        self.store.delete_tree(ta.work_dir)
+        self._discard_attempt(ta)
         inject("abort_task.mid_delete")
         return True
 
@@ -516,7 +554,7 @@ class FileOutputCommitter(OutputCommitter):
         attempt. A crash at any point is finished by calling this again; the result is the same as an uninterrupted
         run. Returns the ``_SUCCESS`` manifest.
         """
-        t_start = time.monotonic()
+        clock = StageClock(self.store)
         started = records.now_iso()
         job = self.job_record()
         if job is None:
@@ -525,17 +563,15 @@ class FileOutputCommitter(OutputCommitter):
                 raise JobNotSetUp(f"job {self.job_id} was never set up at {self.store.url()}")
             return self._ensure_success(log)
         self._check_config(job)
-        durations: dict[str, float] = {}
         plan = self._plan(job)
         resumed = plan is not None
         if plan is None:
-            plan = self._make_plan(job, expected_tasks, durations, started)
+            plan = self._make_plan(job, expected_tasks, clock, started)
         inject("commit_job.after_plan")
-        return self._execute(job, plan, durations, resumed, t_start)
+        return self._execute(job, plan, clock, resumed)
 
     def _make_plan(self, job: Mapping[str, Any], expected_tasks: int | Iterable[int] | None,
-                   durations: dict[str, float], started: str) -> dict[str, Any]:
-        t0 = time.monotonic()
+                   clock: StageClock, started: str) -> dict[str, Any]:
         app = self.current_app_attempt(job)
         if expected_tasks is None:
             tasks = sorted(self._registered_tasks(job))
@@ -561,8 +597,7 @@ class FileOutputCommitter(OutputCommitter):
                                 f"have no committed attempt: {shown}", missing)
         inject("commit_job.after_recovery")
         parallel(self._complete_task_commit, list(recs.values()), self.commit_threads)
-        durations["recovery"] = round(time.monotonic() - t0, 6)
-        t0 = time.monotonic()
+        clock.end("recovery")
         dsts: dict[str, int] = {}
         for task in tasks:
             for f in recs[task]["files"]:
@@ -590,48 +625,36 @@ class FileOutputCommitter(OutputCommitter):
         plan = {"job_id": self.job_id, "job_uuid": job["job_uuid"], "app_attempt": app, "started": started,
                 "tasks": {str(t): recs[t] for t in tasks}, "deletions": sorted(deletions)}
         self.store.create_exclusive(self.layout.plan(job["job_uuid"]), records.dumps("commit-plan", plan))
-        durations["plan"] = round(time.monotonic() - t0, 6)
+        clock.end("plan")
         stored = self._plan(job)
         assert stored is not None
         return stored
 
-    def _execute(self, job: Mapping[str, Any], plan: Mapping[str, Any], durations: dict[str, float],
-                 resumed: bool, t_start: float) -> dict[str, Any]:
+    def _execute(self, job: Mapping[str, Any], plan: Mapping[str, Any], clock: StageClock,
+                 resumed: bool) -> dict[str, Any]:
         recs = [plan["tasks"][k] for k in sorted(plan["tasks"], key=int)]
-        moves: list[tuple[str, str]] = []
-        if self.algorithm == 1:
-            moves = [(f"{rec['data_dir']}/{f['path']}", f["path"]) for rec in recs for f in rec["files"]]
-        t0 = time.monotonic()
-        for d in sorted({partition_of(dst) for _, dst in moves} - {""}):
-            self.store.makedirs(d)
-
-        def move(pair: tuple[str, str]) -> None:
-            if self._move_once(*pair):
-                inject("commit_job.mid_move")
-
-        parallel(move, moves, self.commit_threads)
-        if self.algorithm == 2:
-            present = {rel for rel, _ in self.store.list_files("")}
-            lost = [f["path"] for rec in recs for f in rec["files"] if f["path"] not in present]
-            if lost:
-                raise CorruptRecord(f"job {self.job_id}: committed v2 file(s) missing from the output: {lost[:5]}")
+        self._publish(recs)
+        self._after_publish(job, recs)
         inject("commit_job.after_moves")
-        durations["moves"] = round(time.monotonic() - t0, 6)
-        t0 = time.monotonic()
+        clock.end("moves")
         deletions = plan["deletions"]
 
-        def delete(rel: str) -> None:
-            self.store.delete_file(rel)
-            inject("commit_job.mid_delete")
+        if self.store.batch_deletes:
+            for i in range(0, len(deletions), 1000):
+                self.store.delete_files(deletions[i:i + 1000])
+                inject("commit_job.mid_delete")
+        else:
+            def delete(rel: str) -> None:
+                self.store.delete_file(rel)
+                inject("commit_job.mid_delete")
 
-        parallel(delete, deletions, self.commit_threads)
+            parallel(delete, deletions, self.commit_threads)
         for d in sorted({partition_of(p) for p in deletions} - {""}, key=lambda p: -p.count("/")):
             while d and self.store.remove_dir_if_empty(d):
                 d = partition_of(d)
         inject("commit_job.after_deletes")
-        durations["deletes"] = round(time.monotonic() - t0, 6)
-        manifest = self._manifest(job, plan, recs, durations, resumed)
-        t0 = time.monotonic()
+        clock.end("deletes")
+        manifest = self._manifest(job, plan, recs, clock, resumed)
         previous = self.commit_log()
         history = []
         if previous is not None and previous["job_uuid"] != job["job_uuid"]:
@@ -641,25 +664,67 @@ class FileOutputCommitter(OutputCommitter):
             history = previous.get("history", [])
         self.store.write_bytes(self.layout.commit_log, records.dumps("commit-log", {**manifest, "history": history}))
         inject("commit_job.after_commit_log")
-        durations["commit_log"] = round(time.monotonic() - t0, 6)
         if self.mode == "dynamic":
             self._write_partition_markers(manifest)
-        t0 = time.monotonic()
+        clock.end("commit_log")
         # The job record goes first: without it (and with the commit log) the generation counts as committed,
         # whatever a crash leaves of the rest of the tree.
         self.store.delete_file(self.layout.job_record)
         self.store.delete_tree(self.layout.job_dir)
         self.store.remove_dir_if_empty(TEMPORARY)
         inject("commit_job.after_cleanup")
-        durations["cleanup"] = round(time.monotonic() - t0, 6)
-        durations["total"] = round(time.monotonic() - t_start, 6)
-        manifest["durations"] = dict(durations)
+        clock.end("cleanup")
+        costs = clock.summary()
+        manifest["durations"] = costs["durations"]
+        manifest["diagnostics"].update(requests=costs["requests"], bytes_copied=costs["bytes_copied"])
         self.store.write_bytes(SUCCESS, records.dumps("success", manifest))
         inject("commit_job.after_success")
         return manifest
 
+    def _publish(self, recs: list[dict[str, Any]]) -> None:
+        """Make every committed task's files visible at their final names (idempotent, parallel)."""
+        if self.algorithm == 2:  # task commit already moved them; check they are all there
+            present = {rel for rel, _ in self.store.list_files("")}
+            lost = [f["path"] for rec in recs for f in rec["files"] if f["path"] not in present]
+            if lost:
+                raise CorruptRecord(f"job {self.job_id}: committed v2 file(s) missing from the output: {lost[:5]}")
+            return
+        moves = [(f"{rec['data_dir']}/{f['path']}", f["path"], f["size"]) for rec in recs for f in rec["files"]]
+        for d in sorted({partition_of(dst) for _, dst, _ in moves} - {""}):
+            self.store.makedirs(d)
+
+        if self.store.batch_deletes:
+            # object stores: copy every file (parallel), then delete the sources 1,000 per request. A crash in
+            # between copies again on resume (the sources are still there): same result, no loss.
+            def copy(item: tuple[str, str, int]) -> None:
+                src, dst, size = item
+                try:
+                    self.store.copy_file(src, dst, size)
+                except FileNotFoundError:
+                    if not self.store.exists(dst):
+                        raise CorruptRecord(f"job {self.job_id}: {self.store.url(src)} is gone and "
+                                            f"{self.store.url(dst)} was never written") from None
+                inject("commit_job.mid_move")
+
+            parallel(copy, moves, self.commit_threads)
+            self.store.delete_files([src for src, _, _ in moves])
+            return
+
+        def move(item: tuple[str, str, int]) -> None:
+            if self._move_once(*item):
+                inject("commit_job.mid_move")
+
+        parallel(move, moves, self.commit_threads)
+
+    def _after_publish(self, job: Mapping[str, Any], recs: list[dict[str, Any]]) -> None:
+        """Hook after the data is visible (the magic committer aborts stray uploads here)."""
+
+    def _abort_visible(self, job: Mapping[str, Any], keep: set[str]) -> int:
+        """Hook of abort_job for state outside the job directory (the magic committer's pending uploads)."""
+        return 0
+
     def _manifest(self, job: Mapping[str, Any], plan: Mapping[str, Any], recs: list[dict[str, Any]],
-                  durations: dict[str, float], resumed: bool) -> dict[str, Any]:
+                  clock: StageClock, resumed: bool) -> dict[str, Any]:
         files = [{"path": f["path"], "size": f["size"], "rows": f.get("rows"), "task": rec["task"]}
                  for rec in recs for f in rec["files"]]
         files.sort(key=lambda f: f["path"])
@@ -670,7 +735,7 @@ class FileOutputCommitter(OutputCommitter):
                             "readers during the job could see partial output")
         partitions = sorted({partition_of(f["path"]) for f in files} - {""})
         return {
-            "committer": self.committer_name, "algorithm": self.algorithm, "mode": self.mode,
+            "committer": self.committer_name, "algorithm": self._config()["algorithm"], "mode": self.mode,
             "partition_by": list(self.partition_by), "job_id": self.job_id, "job_uuid": job["job_uuid"],
             "generation": job["generation"], "app_attempt": plan["app_attempt"], "labels": job.get("labels", {}),
             "started": plan["started"], "finished": records.now_iso(), "output": self.store.url(),
@@ -683,7 +748,7 @@ class FileOutputCommitter(OutputCommitter):
                        "recovered_from_app": r.get("recovered_from_app"), "files": len(r["files"])} for r in recs],
             "deleted": {"files": len(plan["deletions"])},
             "replaced_generation": (job.get("replaces") or {}).get("job_uuid"),
-            "durations": dict(durations),
+            "durations": dict(clock.durations),
             "diagnostics": {"resumed": resumed, "commit_threads": self.commit_threads, "store": self.store.protocol,
                             "visibility": "task-commit" if self.algorithm == 2 else "job-commit",
                             "warnings": warnings, "pid": os.getpid()},
@@ -743,6 +808,8 @@ class FileOutputCommitter(OutputCommitter):
         apps = self._app_attempts(job)
         removed_visible = 0
         kept: list[int] = []
+        kept_dirs: set[str] = set()
+        kept_uploads: set[str] = set()
         for app in apps:
             commits = f"{self.layout.app_dir(app)}/_commits"
             for name in self.store.list_dir(commits):
@@ -757,11 +824,17 @@ class FileOutputCommitter(OutputCommitter):
                 elif keep_committed:
                     self._complete_task_commit(rec)  # its data must leave the attempt directory before that goes
                     kept.append(rec["task"])
+                    kept_dirs.update((rec["data_dir"], rec["work_dir"]))
+                    kept_uploads.update(f["upload_id"] for f in rec["files"] if "upload_id" in f)
             if keep_committed:
                 if self.algorithm == 2:
                     self.store.delete_tree(commits)
-                self.store.delete_tree(f"{self.layout.app_dir(app)}/{TEMPORARY}")
+                work = f"{self.layout.app_dir(app)}/{TEMPORARY}"
+                for name in self.store.list_dir(work):
+                    if f"{work}/{name}" not in kept_dirs:  # on object stores committed data stays in place
+                        self._discard_dir(f"{work}/{name}")
                 inject("abort_job.mid_delete")
+        removed_visible += self._abort_visible(job, kept_uploads if keep_committed else set())
         if keep_committed:
             inject("abort_job.after_delete")
             return {"job_id": self.job_id, "state": "aborted", "aborted": True, "app_attempts": sorted(apps),

@@ -72,12 +72,22 @@ class Store(ABC):
         """Names of the direct children of *rel* (files and directories). Empty when *rel* is missing."""
 
     @abstractmethod
-    def move_file(self, src: str, dst: str) -> None:
-        """Move one file, replacing *dst*; :class:`FileNotFoundError` when *src* is missing."""
+    def move_file(self, src: str, dst: str, size: int | None = None) -> None:
+        """Move one file, replacing *dst*; :class:`FileNotFoundError` when *src* is missing. *size*, when known,
+        feeds the bytes-copied accounting of stores on which a move is a copy."""
 
     @abstractmethod
     def delete_file(self, rel: str) -> None:
         """Delete one file; a missing file is not an error (deletions are repeated by resumed commits)."""
+
+    #: ``True`` when :meth:`delete_files` deletes many files in one request (S3 DeleteObjects); such stores also
+    #: offer ``copy_file(src, dst, size)``, so job commit copies everything first and deletes sources in batches.
+    batch_deletes: bool = False
+
+    def delete_files(self, rels: list[str]) -> None:
+        """Delete several files; missing ones are not an error."""
+        for rel in rels:
+            self.delete_file(rel)
 
     @abstractmethod
     def delete_tree(self, rel: str) -> None:
@@ -92,14 +102,14 @@ class Store(ABC):
         """A binary file object for writing a new data file (parent directories are created)."""
 
     def rename_dir(self, src: str, dst: str) -> None:
-        """Move the directory *src* to *dst*, which must not exist. Atomic only where ``atomic_dir_rename``.
+        """Move the directory *src* to *dst*, which must not exist (only called where ``atomic_dir_rename``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no atomic directory rename")
 
-        The generic version moves file by file: safe to repeat after a crash, because a file already moved is
-        simply no longer under *src*.
-        """
-        for relpath, _size in self.list_files(src):
-            self.move_file(f"{src}/{relpath}", f"{dst}/{relpath}")
-        self.delete_tree(src)
+    def request_counts(self) -> dict[str, int]:
+        """Requests made so far, by operation (object stores count them; others return nothing)."""
+        return {}
+
+    bytes_copied: int = 0
 
     def ensure_root(self) -> None:
         """Make sure the output root exists (the pre-task of an overwrite)."""
@@ -205,7 +215,7 @@ class LocalStore(Store):
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    def move_file(self, src: str, dst: str) -> None:
+    def move_file(self, src: str, dst: str, size: int | None = None) -> None:
         dst_path = self._p(dst)
         try:
             os.replace(self._p(src), dst_path)
@@ -317,7 +327,7 @@ class FsspecStore(Store):
         except FileNotFoundError:
             return []
 
-    def move_file(self, src: str, dst: str) -> None:
+    def move_file(self, src: str, dst: str, size: int | None = None) -> None:
         src_path = self._p(src)
         if not self.fs.exists(src_path):
             raise FileNotFoundError(self.url(src))

@@ -67,7 +67,7 @@ def run_task_attempt(committer: FileOutputCommitter, task: int, attempt: int,
         status = "already_committed" if existing.get("recovered_from_app") is None else "recovered"
         return TaskOutcome(status, task, attempt, existing, ran_callable=False)
     ta = committer.setup_task(task, attempt)
-    writer = TaskAttemptWriter(committer.store, ta, partition_by=committer.partition_by,
+    writer = TaskAttemptWriter(committer, ta, partition_by=committer.partition_by,
                                compression=compression, max_rows_per_file=max_rows_per_file)
     try:
         with writer:

@@ -30,13 +30,18 @@ class TaskAttemptWriter:
     to its row count and is what :meth:`FileOutputCommitter.commit_task` takes.
     """
 
-    def __init__(self, store: Store, attempt: TaskAttemptContext, *, partition_by: Iterable[str] = (),
+    def __init__(self, target: Store | Any, attempt: TaskAttemptContext, *, partition_by: Iterable[str] = (),
                  compression: str = "snappy", max_rows_per_file: int | None = None) -> None:
+        """*target* is the committer (whose ``open_task_file`` decides where bytes go: the attempt directory, or
+        a pending multipart upload for the magic committer) or, for plain file committers, its store."""
         if compression not in _CODEC_SUFFIX:
             raise InvalidOutputSpec(f"unknown Parquet compression {compression!r}: use one of {sorted(_CODEC_SUFFIX)}")
         if max_rows_per_file is not None and max_rows_per_file < 1:
             raise InvalidOutputSpec("max_rows_per_file must be at least 1")
-        self.store = store
+        if hasattr(target, "open_task_file"):
+            self._open_raw = lambda rel: target.open_task_file(attempt, rel)
+        else:
+            self._open_raw = lambda rel: target.open_write(f"{attempt.work_dir}/{rel}")
         self.attempt = attempt
         self.partition_by = tuple(partition_by)
         self.compression = compression
@@ -76,7 +81,7 @@ class TaskAttemptWriter:
         if rel in self.rows:
             raise InvalidOutputSpec(f"file {rel!r} was already written by this task attempt")
         self.rows[rel] = None
-        return self.store.open_write(f"{self.attempt.work_dir}/{rel}")
+        return self._open_raw(rel)
 
     # ------------------------------------------------------------------ parquet
     def write(self, data: pa.Table | pa.RecordBatch | Iterable[pa.Table | pa.RecordBatch]) -> int:
@@ -126,7 +131,7 @@ class TaskAttemptWriter:
     def _writer_for(self, part: str) -> tuple[str, IO[bytes], pq.ParquetWriter, int]:
         if part not in self._open:
             rel = f"{part}/{self._parquet_name()}" if part else self._parquet_name()
-            fh = self.store.open_write(f"{self.attempt.work_dir}/{rel}")
+            fh = self._open_raw(rel)
             assert self._schema is not None
             writer = pq.ParquetWriter(fh, self._schema, compression=self.compression)
             self._open[part] = (rel, fh, writer, 0)

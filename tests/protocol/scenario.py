@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from airflow_commit_provider.protocol import FileOutputCommitter, run_task_attempt
+from airflow_commit_provider.protocol import make_committer, run_task_attempt
 from airflow_commit_provider.protocol.paths import is_hidden
 
 ROWS = 6
@@ -38,9 +38,11 @@ def task_table(task: int, attempt: int, rows: int = ROWS) -> pa.Table:
     })
 
 
-def committer(cfg: dict[str, Any], job: str = JOB) -> FileOutputCommitter:
-    return FileOutputCommitter(cfg["root"], job, algorithm=cfg["algorithm"], mode=cfg["mode"],
-                               partition_by=cfg.get("partition_by", ["day"]), commit_threads=cfg.get("threads", 2))
+def committer(cfg: dict[str, Any], job: str = JOB) -> Any:
+    kwargs = {"part_size": cfg["part_size"]} if "part_size" in cfg else {}
+    return make_committer(cfg["root"], job, algorithm=cfg["algorithm"], mode=cfg["mode"],
+                          partition_by=cfg.get("partition_by", ["day"]), commit_threads=cfg.get("threads", 2),
+                          **kwargs)
 
 
 def _record_call(cfg: dict[str, Any], task: int, attempt: int) -> None:
@@ -99,6 +101,8 @@ def phase_abort(cfg: dict[str, Any]) -> dict[str, Any]:
 def _fs(root: str) -> tuple[Any, str]:
     import fsspec
 
+    if root.startswith("s3://"):  # never a cached listing: tests look at what is really there
+        return fsspec.core.url_to_fs(root, use_listings_cache=False, skip_instance_cache=True)
     return fsspec.core.url_to_fs(root)
 
 
@@ -114,13 +118,14 @@ def read_rows(root: str) -> list[dict[str, Any]]:
 def visible_files(root: str) -> list[str]:
     fs, path = _fs(root)
     prefix = path.rstrip("/") + "/"
-    return sorted(p[len(prefix):] for p in fs.find(path) if not is_hidden(p[len(prefix):]))
+    rels = (p[len(prefix):] for p in fs.find(path))
+    return sorted(r for r in rels if r and not r.endswith("/") and not is_hidden(r))  # S3 markers: no files
 
 
 def all_files(root: str) -> list[str]:
     fs, path = _fs(root)
     prefix = path.rstrip("/") + "/"
-    return sorted(p[len(prefix):] for p in fs.find(path))
+    return sorted(r for r in (p[len(prefix):] for p in fs.find(path)) if r and not r.endswith("/"))
 
 
 OLD_TASK = 99

@@ -33,8 +33,8 @@ def unchanged(root, before):
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    ({"algorithm": 3}, "unknown FileOutputCommitter algorithm 3"),
-    ({"algorithm": "magic-v9"}, "unknown FileOutputCommitter algorithm"),
+    ({"algorithm": 3}, "unknown committer algorithm 3"),
+    ({"algorithm": "magic-v9"}, "unknown committer algorithm"),
     ({"mode": "upsert"}, "unknown output mode 'upsert'"),
     ({"mode": "dynamic", "partition_by": []}, "needs partition_by"),
     ({"partition_by": ["../x"]}, "cannot be a directory name"),

@@ -1,0 +1,196 @@
+"""The "magic" committer: zero-copy commits on S3 through delayed multipart-upload completion.
+
+Every output file is a multipart upload straight to its **final** key, left uncompleted: S3 shows nothing (HEAD
+404, not listed) until it is completed. Each open upload is described by a small ``.pending`` JSON in the task
+attempt's directory. Task commit records the attempt's pending uploads (key, upload id, ordered part ETags, size,
+rows) as the task commit record, created with ``If-None-Match: *`` like every other record, so the decision is the
+same as for FileOutputCommitter. Job commit completes the recorded uploads in parallel (one request per file),
+then aborts every other pending upload of the job. Nothing is copied.
+
+Differences from Hadoop's S3A magic committer, and why:
+
+- recovery across application attempts: a task committed in an earlier attempt is adopted by pointer, its
+  uploads reused without re-uploading (S3A cannot recover);
+- a job-scoped abort: uploads are identified as this job's by its records and by the job uuid in every key
+  (Spark-style names), never by "everything pending under the destination", which kills concurrent jobs.
+
+Pending uploads cost storage until completed or aborted; a bucket lifecycle rule that aborts incomplete uploads
+after some days is a good safety net, as long as it is longer than any job.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from . import records
+from .committer import FileOutputCommitter, TaskAttemptContext, parallel
+from .errors import CorruptRecord, StorageCapabilityError
+from .faults import inject
+from .s3store import MIN_PART_SIZE, S3Store
+
+PENDING_SUFFIX = ".pending"
+
+
+class MultipartFile(io.RawIOBase):
+    """A write-only file that becomes one multipart upload, left pending at ``close()``.
+
+    Memory is bounded by *part_size*: a part is uploaded as soon as the buffer holds one.
+    """
+
+    def __init__(self, store: S3Store, rel: str, pending_rel: str, part_size: int) -> None:
+        super().__init__()
+        self.store, self.rel, self.pending_rel, self.part_size = store, rel, pending_rel, part_size
+        self.upload_id = store.start_upload(rel)
+        self.parts: list[list[Any]] = []
+        self.size = 0
+        self._buf = bytearray()
+        self._save("open")  # an abort can find the upload even if this attempt dies before closing it
+
+    def _save(self, state: str) -> None:
+        self.store.write_bytes(self.pending_rel, json.dumps(
+            {"path": self.rel, "upload_id": self.upload_id, "parts": self.parts, "size": self.size,
+             "state": state}).encode())
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self._buf += view
+        self.size += len(view)
+        while len(self._buf) >= self.part_size:
+            self._upload(bytes(self._buf[: self.part_size]))
+            del self._buf[: self.part_size]
+        return len(view)
+
+    def _upload(self, chunk: bytes) -> None:
+        number = len(self.parts) + 1
+        self.parts.append([number, self.store.upload_part(self.rel, self.upload_id, number, chunk)])
+
+    def tell(self) -> int:
+        return self.size
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        if self._buf or not self.parts:
+            self._upload(bytes(self._buf))
+            self._buf.clear()
+        self._save("closed")
+        super().close()
+
+
+class MagicCommitter(FileOutputCommitter):
+    """Zero-copy committer for S3 (algorithm ``"magic"``); same contract and records as FileOutputCommitter."""
+
+    committer_name = "MagicCommitter"
+
+    def __init__(self, output: Any, job_id: str, *, part_size: int = 8 * 2**20, **kwargs: Any) -> None:
+        kwargs["algorithm"] = 1  # the layout and records of v1; the data path is overridden below
+        super().__init__(output, job_id, **kwargs)
+        if not isinstance(self.store, S3Store):
+            raise StorageCapabilityError(
+                f"the magic committer needs S3 multipart uploads; {self.store.url()} is a {self.store.protocol!r} "
+                "file system: use algorithm 1 or 2 there")
+        if part_size < MIN_PART_SIZE:
+            raise ValueError(f"part_size must be at least {MIN_PART_SIZE} bytes (S3's minimum part size)")
+        self.part_size = part_size
+        self.s3: S3Store = self.store
+
+    @property
+    def algorithm_name(self) -> str:
+        return "magic"
+
+    def _config(self) -> dict[str, Any]:
+        return {**super()._config(), "algorithm": "magic"}
+
+    # ---------------------------------------------------------------- task side
+    def open_task_file(self, ta: TaskAttemptContext, rel: str) -> Any:
+        return MultipartFile(self.s3, rel, f"{ta.work_dir}/{rel}{PENDING_SUFFIX}", self.part_size)
+
+    def _pending_of(self, work_dir: str) -> list[dict[str, Any]]:
+        out = []
+        for rel, _size in self.store.list_files(work_dir):
+            if rel.endswith(PENDING_SUFFIX):
+                where = f"{work_dir}/{rel}"
+                try:
+                    out.append(json.loads(self.store.read_bytes(where)))
+                except (ValueError, FileNotFoundError) as exc:
+                    raise CorruptRecord(f"pending upload record {self.store.url(where)} is unreadable: {exc}") from exc
+        return out
+
+    def _new_task_record(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None) -> dict[str, Any]:
+        rows = dict(rows or {})
+        files = []
+        for p in sorted(self._pending_of(ta.work_dir), key=lambda p: p["path"]):
+            if p["state"] != "closed":
+                raise CorruptRecord(f"task attempt {ta.name}: {p['path']} was never closed; commit after closing "
+                                    "every file")
+            files.append({"path": p["path"], "size": p["size"], "rows": rows.get(p["path"]), "task": ta.task,
+                          "upload_id": p["upload_id"], "parts": p["parts"]})
+        return {"job_id": self.job_id, "job_uuid": ta.job_uuid, "task": ta.task, "attempt": ta.attempt,
+                "app_attempt": ta.app_attempt, "work_dir": ta.work_dir, "data_dir": "",
+                "recovered_from_app": None, "committed": records.now_iso(), "files": files}
+
+    def _complete_task_commit(self, rec: Mapping[str, Any]) -> None:
+        """Nothing to move: the record is the commit."""
+
+    def _discard_dir(self, work_dir: str) -> None:
+        """Abort the attempt's uploads, then remove its ``.pending`` records."""
+        for p in self._pending_of(work_dir):
+            self.s3.abort_upload(p["path"], p["upload_id"])
+        self.store.delete_tree(work_dir)
+
+    # ---------------------------------------------------------------- job side
+    def _publish(self, recs: list[dict[str, Any]]) -> None:
+        uploads = [f for rec in recs for f in rec["files"]]
+
+        def complete(f: dict[str, Any]) -> None:
+            try:
+                self.s3.complete_upload(f["path"], f["upload_id"], f["parts"])
+            except (FileNotFoundError, OSError):
+                # NoSuchUpload: completed by an earlier run of this commit (then the object is there)
+                if not self._has(f):
+                    raise CorruptRecord(f"job {self.job_id}: upload {f['upload_id']} of {f['path']} is gone and the "
+                                        "object does not exist (aborted outside the protocol, or expired by a "
+                                        "lifecycle rule)") from None
+            inject("commit_job.mid_move")
+
+        parallel(complete, uploads, self.commit_threads)
+
+    def _has(self, f: Mapping[str, Any]) -> bool:
+        try:
+            return int(self.s3.fs.info(self.s3._p(f["path"]))["size"]) == f["size"]
+        except FileNotFoundError:
+            return False
+
+    def _job_uploads(self, job_uuid: str) -> list[tuple[str, str]]:
+        """Pending uploads of this job generation: under the root, with the job uuid in their key."""
+        return [(rel, uid) for rel, uid in self.s3.list_uploads() if job_uuid in rel.rsplit("/", 1)[-1]]
+
+    def _after_publish(self, job: Mapping[str, Any], recs: list[dict[str, Any]]) -> None:
+        """Abort every other pending upload of this job (denied attempts, zombies, attempts that died)."""
+        committed = {f["upload_id"] for rec in recs for f in rec["files"]}
+        for rel, uid in self._job_uploads(job["job_uuid"]):
+            if uid not in committed:
+                self.s3.abort_upload(rel, uid)
+
+    def _abort_visible(self, job: Mapping[str, Any], keep: set[str]) -> int:
+        """Abort this job's pending uploads except those of kept (committed) tasks."""
+        aborted = 0
+        for rel, uid in self._job_uploads(job["job_uuid"]):
+            if uid not in keep:
+                self.s3.abort_upload(rel, uid)
+                aborted += 1
+        return aborted
+
+
+def make_committer(output: Any, job_id: str, *, algorithm: int | str = 1, **kwargs: Any) -> FileOutputCommitter:
+    """The committer for *algorithm*: 1 or 2 (FileOutputCommitter) or ``"magic"`` (S3 only)."""
+    if str(algorithm).strip().lower() == "magic":
+        return MagicCommitter(output, job_id, **kwargs)
+    kwargs.pop("part_size", None)
+    return FileOutputCommitter(output, job_id, algorithm=algorithm, **kwargs)
