@@ -24,6 +24,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from ..hooks.storage import CommitStorageHook
+from ..links.commit_status import CommitStatusLink, CommitTargetLink
 from ..protocol import CommitDenied, FileOutputCommitter, InvalidOutputSpec, make_committer, run_task_attempt
 from ..protocol.committer import check_mode, normalize_algorithm
 from ..protocol.paths import check_partition_key
@@ -60,6 +61,7 @@ class CommitOperatorMixin:
     """Configuration shared by every operator of a stage: where, how, and which job."""
 
     commit_template_fields: tuple[str, ...] = ("target", "conn_id", "job_name")
+    operator_extra_links = (CommitStatusLink(), CommitTargetLink())
 
     def _init_commit(self, *, target: Any, conn_id: str | None = None, algorithm: int | str = 1, mode: str = "error",
                      partition_by: Collection[str] | str = (), commit_threads: int | None = None,
@@ -115,8 +117,10 @@ class CommitSetupOperator(CommitOperatorMixin, BaseOperator):
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         committer = self.committer(context)
         job = committer.setup_job()
-        info = {**job.to_dict(), "target": committer.store.url(), "algorithm": committer.algorithm_name,
-                "mode": committer.mode, "clear_number": getattr(context.get("dag_run"), "clear_number", None),
+        info = {**job.to_dict(), "commit_provider_setup": True, "job_name": self._job_name(),
+                "target": committer.store.url(), "conn_id": self.conn_id, "algorithm": committer.algorithm_name,
+                "algorithm_value": self.algorithm, "mode": committer.mode, "partition_by": self.partition_by,
+                "clear_number": getattr(context.get("dag_run"), "clear_number", None),
                 "setup_try": context["ti"].try_number}
         self.log.info("job %s: generation %s, application attempt %s (%s) at %s", job.job_id, job.generation,
                       job.app_attempt, job.state, info["target"])
@@ -254,7 +258,16 @@ class CommitJobOperator(CommitOperatorMixin, BaseOperator):
                       manifest["app_attempt"], manifest["durations"])
         for warning in manifest["diagnostics"]["warnings"]:
             self.log.warning(warning)
+        self._emit_asset_events(context, manifest)
         return summary
+
+    def _emit_asset_events(self, context: Mapping[str, Any], manifest: Mapping[str, Any]) -> None:
+        """Attach the commit summary to the asset events of this task's outlets (emitted on success only)."""
+        extra = {"job_id": manifest["job_id"], "job_uuid": manifest["job_uuid"],
+                 "app_attempt": manifest["app_attempt"], "generation": manifest["generation"],
+                 "output": manifest["output"], **{k: manifest["totals"][k] for k in ("files", "rows", "bytes")}}
+        for outlet in self.outlets or []:
+            context["outlet_events"][outlet].extra = extra
 
 
 def count_write_tasks(states: Mapping[str, Any], task_id: str) -> int:

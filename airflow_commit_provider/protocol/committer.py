@@ -623,7 +623,8 @@ class FileOutputCommitter(OutputCommitter):
         deletions |= replaced & visible
         deletions -= set(dsts)
         plan = {"job_id": self.job_id, "job_uuid": job["job_uuid"], "app_attempt": app, "started": started,
-                "tasks": {str(t): recs[t] for t in tasks}, "deletions": sorted(deletions)}
+                "tasks": {str(t): recs[t] for t in tasks}, "deletions": sorted(deletions),
+                "attempt_history": {str(t): h for t, h in self._attempt_history(job).items()}}
         self.store.create_exclusive(self.layout.plan(job["job_uuid"]), records.dumps("commit-plan", plan))
         clock.end("plan")
         stored = self._plan(job)
@@ -655,6 +656,9 @@ class FileOutputCommitter(OutputCommitter):
         inject("commit_job.after_deletes")
         clock.end("deletes")
         manifest = self._manifest(job, plan, recs, clock, resumed)
+        history_by_task = plan.get("attempt_history", {})
+        for t in manifest["tasks"]:
+            t.update(history_by_task.get(str(t["task"]), {"failed_attempts": [], "denied_attempts": []}))
         previous = self.commit_log()
         history = []
         if previous is not None and previous["job_uuid"] != job["job_uuid"]:
@@ -788,6 +792,66 @@ class FileOutputCommitter(OutputCommitter):
                 "app_attempt": info["app_attempt"], "recovered_from_app": info["recovered_from_app"],
                 "files": [f for f in log["files"] if f["task"] == task], "from_commit_log": True}
 
+    # ------------------------------------------------------------------ status (for people: the UI, the CLI)
+    def status(self) -> dict[str, Any]:
+        """The job as the storage tells it: ``absent``, ``running``, ``failed`` (aborted, committed tasks kept),
+        ``committing`` or ``committed``, with per-task attempts. Reads only; safe at any moment."""
+        job = self.job_record()
+        if job is None:
+            log = self.commit_log()
+            if log is None:
+                return {"job_id": self.job_id, "state": "absent", "output": self.store.url()}
+            success = records.read(self.store, SUCCESS, "success")
+            if success is not None and success.get("job_uuid") == log["job_uuid"]:
+                log = {**log, "durations": success["durations"], "diagnostics": success["diagnostics"]}
+            return {"state": "committed", **{k: v for k, v in log.items() if k not in ("format", "version")}}
+        apps = self._app_attempts(job)
+        app = apps[0] if apps else int(job["first_app_attempt"])
+        plan = self._plan(job)
+        tasks: dict[int, dict[str, Any]] = {}
+        for a in sorted(apps):
+            for name in self.store.list_dir(f"{self.layout.app_dir(a)}/_commits"):
+                rec = records.read(self.store, f"{self.layout.app_dir(a)}/_commits/{name}", "task-commit")
+                if rec is not None and (a == app or rec["task"] not in tasks):
+                    tasks[rec["task"]] = {"task": rec["task"], "attempt": rec["attempt"], "app_attempt": a,
+                                          "recovered_from_app": rec.get("recovered_from_app"),
+                                          "files": len(rec["files"]), "rows": sum(f.get("rows") or 0
+                                                                                  for f in rec["files"]),
+                                          "bytes": sum(f["size"] for f in rec["files"]), "current": a == app}
+        attempts = self._attempt_history(job)
+        for t, hist in attempts.items():
+            tasks.setdefault(t, {"task": t, "attempt": None, "app_attempt": None, "files": 0, "rows": 0,
+                                 "bytes": 0, "current": False}).update(hist)
+        aborted = records.read(self.store, f"{self.layout.app_dir(app)}/_aborted.json", "abort")
+        state = "committing" if plan is not None else ("failed" if aborted else "running")
+        return {"job_id": self.job_id, "state": state, "job_uuid": job["job_uuid"],
+                "generation": job["generation"], "app_attempt": app, "committer": self.committer_name,
+                "algorithm": self._config()["algorithm"], "mode": self.mode, "output": self.store.url(),
+                "labels": job.get("labels", {}), "aborted": aborted,
+                "tasks": [tasks[t] for t in sorted(tasks)]}
+
+    def _attempt_history(self, job: Mapping[str, Any]) -> dict[int, dict[str, list[str]]]:
+        """Per task, the attempts that failed or were denied (``<app>.<try>``), from the attempt claims."""
+        winners = {}
+        out: dict[int, dict[str, list[str]]] = {}
+        apps = self._app_attempts(job)
+        for a in apps:
+            for name in self.store.list_dir(f"{self.layout.app_dir(a)}/_commits"):
+                rec = records.read(self.store, f"{self.layout.app_dir(a)}/_commits/{name}", "task-commit")
+                if rec is not None and rec.get("recovered_from_app") is None:
+                    winners[(a, rec["task"])] = rec["attempt"]
+        for a in apps:
+            claims = f"{self.layout.app_dir(a)}/_attempts"
+            for name in self.store.list_dir(claims):
+                _, task, attempt = name.split("_")
+                state = self.store.read_bytes(f"{claims}/{name}").decode()
+                hist = out.setdefault(int(task), {"failed_attempts": [], "denied_attempts": []})
+                if state == "failed":
+                    hist["failed_attempts"].append(f"{a}.{int(attempt)}")
+                elif winners.get((a, int(task))) != int(attempt):
+                    hist["denied_attempts"].append(f"{a}.{int(attempt)}")
+        return out
+
     # ------------------------------------------------------------------ abort
     def abort_job(self, *, keep_committed: bool = False) -> dict[str, Any]:
         """Remove this job's uncommitted work, leaving the target as it was before the job.
@@ -836,6 +900,9 @@ class FileOutputCommitter(OutputCommitter):
                 inject("abort_job.mid_delete")
         removed_visible += self._abort_visible(job, kept_uploads if keep_committed else set())
         if keep_committed:
+            if apps:
+                self.store.write_bytes(f"{self.layout.app_dir(apps[0])}/_aborted.json", records.dumps(
+                    "abort", {"at": records.now_iso(), "kept_committed_tasks": sorted(set(kept))}))
             inject("abort_job.after_delete")
             return {"job_id": self.job_id, "state": "aborted", "aborted": True, "app_attempts": sorted(apps),
                     "kept_committed_tasks": sorted(set(kept)), "visible_files_removed": removed_visible}

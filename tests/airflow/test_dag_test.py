@@ -187,3 +187,21 @@ def test_example_dags_run_end_to_end(dags):
         assert manifest["totals"]["rows"] == rows
     ids = [r["event_id"] for r in sc.read_rows(os.path.join(root, "events_retried"))]
     assert len(ids) == len(set(ids)) == 12000
+
+
+def test_asset_event_carries_the_commit_summary(dags):
+    """The example's commit task emits an asset event whose extra is the commit summary."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    module = importlib.import_module("example_partitioned_write")
+    dr = module.dag.test()
+    assert dr.state == "success"
+    manifest = read_success_marker(os.path.join(os.environ["COMMIT_DEMO_ROOT"], "events"))
+    with create_session() as session:
+        asset = session.query(AssetModel).filter_by(name="commit_demo_events").one()
+        event = session.query(AssetEvent).filter_by(asset_id=asset.id).order_by(AssetEvent.id.desc()).first()
+        extra = dict(event.extra)
+    assert extra["job_uuid"] == manifest["job_uuid"]
+    assert (extra["files"], extra["rows"], extra["bytes"]) == tuple(manifest["totals"][k] for k in
+                                                                    ("files", "rows", "bytes"))

@@ -1,0 +1,207 @@
+"""Benchmarks: ``python -m benchmarks.run [--quick] [--only local,s3,memory] [--json out.json]``.
+
+Prints a table (median, min, max of several runs; ratios from the same run) and writes JSON.
+
+- local: job commit time for N small Parquet files, ours v1 (parallel) and v2, against the floor (a plain loop of
+  ``os.rename`` over the same number of files between two directories);
+- s3: moto's server on 127.0.0.1, N files: job commit time, requests per file and bytes copied at job commit,
+  v1 / v2 / magic;
+- memory: job commit of 100,000 files in a fresh process: time and peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from airflow_commit_provider.protocol import TaskAttemptWriter, make_committer  # noqa: E402
+
+ONE_ROW = pa.table({"x": pa.array([1], pa.int64())})
+
+
+def prepare_job(root: str, n_files: int, algorithm: Any, files_per_task: int = 10, **kw: Any) -> Any:
+    """Set up a job whose tasks committed *n_files* one-row Parquet files in all."""
+    c = make_committer(root, "bench", algorithm=algorithm, mode="append", **kw)
+    c.setup_job()
+    tasks = max(1, n_files // files_per_task)
+    for t in range(tasks):
+        ta = c.setup_task(t, 1)
+        with TaskAttemptWriter(c, ta, compression="none") as w:
+            for _ in range(n_files // tasks):
+                with w.open_file(extension="parquet") as fh:
+                    fh.write(_PARQUET_BYTES)
+        c.commit_task(ta, w.rows)
+    return c, tasks
+
+
+def _parquet_bytes() -> bytes:
+    import io
+
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(ONE_ROW, buf, compression="none")
+    return buf.getvalue()
+
+
+_PARQUET_BYTES = _parquet_bytes()
+
+
+def rename_floor(base: str, n: int) -> float:
+    src, dst = os.path.join(base, "src"), os.path.join(base, "dst")
+    os.makedirs(src)
+    os.makedirs(dst)
+    for i in range(n):
+        with open(os.path.join(src, f"f{i}.parquet"), "wb") as fh:
+            fh.write(_PARQUET_BYTES)
+    t0 = time.perf_counter()
+    for i in range(n):
+        os.rename(os.path.join(src, f"f{i}.parquet"), os.path.join(dst, f"f{i}.parquet"))
+    return time.perf_counter() - t0
+
+
+def stats(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": len(values)}
+
+
+def bench_local(sizes: list[int], runs: int) -> list[dict[str, Any]]:
+    out = []
+    for n in sizes:
+        results: dict[str, list[float]] = {"floor os.rename": [], "ours v1": [], "ours v2": []}
+        for _ in range(runs):
+            base = tempfile.mkdtemp(prefix="bench-")
+            try:
+                results["floor os.rename"].append(rename_floor(os.path.join(base, "floor"), n))
+                for alg in (1, 2):
+                    c, _ = prepare_job(os.path.join(base, f"v{alg}"), n, alg)
+                    t0 = time.perf_counter()
+                    c.commit_job(None)
+                    results[f"ours v{alg}"].append(time.perf_counter() - t0)
+            finally:
+                shutil.rmtree(base, ignore_errors=True)
+        floor = statistics.median(results["floor os.rename"])
+        for name, values in results.items():
+            s = stats(values)
+            out.append({"bench": "local job commit", "n": n, "committer": name, **s,
+                        "ms_per_file": 1000 * s["median"] / n, "x_floor": s["median"] / floor})
+    return out
+
+
+def bench_s3(n: int, runs: int) -> list[dict[str, Any]]:
+    import boto3
+    import requests
+
+    port = 5599
+    proc = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION":
+                       "us-east-1", "AWS_ENDPOINT_URL_S3": url})
+    for _ in range(100):
+        try:
+            requests.get(url, timeout=1)
+            break
+        except requests.RequestException:
+            time.sleep(0.1)
+    out = []
+    try:
+        for alg in (1, 2, "magic"):
+            times, per_file, copied = [], [], []
+            for r in range(runs):
+                bucket = f"bench-{alg}-{r}".replace("magic", "m")
+                boto3.client("s3").create_bucket(Bucket=bucket)
+                kw = {"part_size": 5 * 2**20} if alg == "magic" else {}
+                c, tasks = prepare_job(f"s3://{bucket}/out", n, alg, files_per_task=20, **kw)
+                t0 = time.perf_counter()
+                manifest = c.commit_job(tasks)
+                times.append(time.perf_counter() - t0)
+                reqs = manifest["diagnostics"]["requests"]
+                publish = sum(reqs.get("moves", {}).values())
+                total = sum(sum(v.values()) for v in reqs.values())
+                per_file.append((publish, total))
+                copied.append(manifest["diagnostics"]["bytes_copied"])
+            s = stats(times)
+            out.append({"bench": "s3 (moto) job commit", "n": n, "committer": f"ours {alg}" if alg == "magic"
+                        else f"ours v{alg}", **s, "ms_per_file": 1000 * s["median"] / n,
+                        "publish_requests_per_file": per_file[0][0] / n, "requests_total": per_file[0][1],
+                        "bytes_copied": copied[0], "bytes_written": n * len(_PARQUET_BYTES)})
+    finally:
+        proc.terminate()
+    return out
+
+
+def bench_memory(n: int) -> list[dict[str, Any]]:
+    """Job commit of *n* files in a fresh process: time and peak RSS (ru_maxrss) of that process."""
+    code = f"""
+import resource, time, tempfile, json, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+from benchmarks.run import prepare_job
+base = tempfile.mkdtemp(prefix='bench-mem-')
+c, tasks = prepare_job(base + '/out', {n}, 1, files_per_task=100)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t0 = time.perf_counter()
+c.commit_job(tasks)
+took = time.perf_counter() - t0
+print(json.dumps({{"seconds": took, "rss_before_mb": before / 1024,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+import shutil; shutil.rmtree(base)
+"""
+    res = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                    check=True).stdout.strip().splitlines()[-1])
+    return [{"bench": "job commit memory", "n": n, "committer": "ours v1", "median": res["seconds"],
+             "min": res["seconds"], "max": res["seconds"], "runs": 1, "ms_per_file": 1000 * res["seconds"] / n,
+             "peak_rss_mb": res["peak_rss_mb"], "rss_before_commit_mb": res["rss_before_mb"]}]
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    cols = ["bench", "n", "committer", "median", "min", "max", "ms_per_file", "x_floor",
+            "publish_requests_per_file", "requests_total", "bytes_copied", "peak_rss_mb"]
+    cols = [c for c in cols if any(c in r for r in rows)]
+    fmt = lambda v: f"{v:.4f}" if isinstance(v, float) else ("" if v is None else str(v))  # noqa: E731
+    table = [cols] + [[fmt(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
+    for i, row in enumerate(table):
+        print(" | ".join(v.ljust(w) for v, w in zip(row, widths)))
+        if i == 0:
+            print("-+-".join("-" * w for w in widths))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes, one run each")
+    parser.add_argument("--only", default="local,s3,memory")
+    parser.add_argument("--json", default="benchmarks/results.json")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    runs = 1 if args.quick else 5
+    rows: list[dict[str, Any]] = []
+    if "local" in only:
+        rows += bench_local([100, 1000] if args.quick else [100, 1000, 10000], runs)
+    if "s3" in only:
+        rows += bench_s3(100 if args.quick else 1000, 1 if args.quick else 3)
+    if "memory" in only:
+        rows += bench_memory(10000 if args.quick else 100000)
+    machine = {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}
+    print(f"machine: {machine}")
+    print_table(rows)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps({"machine": machine, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
