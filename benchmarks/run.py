@@ -6,6 +6,7 @@ Prints a table (median, min, max of several runs; ratios from the same run) and 
   ``os.rename`` over the same number of files between two directories);
 - s3: moto's server on 127.0.0.1, N files: job commit time, requests per file and bytes copied at job commit,
   v1 / v2 / magic;
+- ui: building the commit-status page (storage reads + HTML) of a job with 1,000 tasks, running and committed;
 - memory: job commit of 100,000 files in a fresh process: time and peak RSS.
 """
 
@@ -168,6 +169,30 @@ import shutil; shutil.rmtree(base)
              "peak_rss_mb": res["peak_rss_mb"], "rss_before_commit_mb": res["rss_before_mb"]}]
 
 
+def bench_ui(tasks: int, runs: int) -> list[dict[str, Any]]:
+    """Time to build the commit-status page of a job with *tasks* tasks (reading storage + rendering)."""
+    from airflow_commit_provider.plugins.commit_status import render
+
+    out = []
+    base = tempfile.mkdtemp(prefix="bench-ui-")
+    try:
+        c, _ = prepare_job(os.path.join(base, "out"), tasks, 1, files_per_task=1)
+        for state in ("running", "committed"):
+            if state == "committed":
+                c.commit_job(tasks)
+            values = []
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                job = {"stage": "stage", "job_id": c.job_id, **c.status()}
+                page = render("dag", "run", [job], None, None, 0.0)
+                values.append(time.perf_counter() - t0)
+            assert job["state"] == state and len(job["tasks"]) == tasks and len(page) > tasks * 50
+            out.append({"bench": f"status page ({state} job)", "n": tasks, "committer": "ours v1", **stats(values)})
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return out
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
     cols = ["bench", "n", "committer", "median", "min", "max", "ms_per_file", "x_floor",
             "publish_requests_per_file", "requests_total", "bytes_copied", "peak_rss_mb"]
@@ -184,7 +209,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, one run each")
-    parser.add_argument("--only", default="local,s3,memory")
+    parser.add_argument("--only", default="local,s3,ui,memory")
     parser.add_argument("--json", default="benchmarks/results.json")
     args = parser.parse_args()
     only = set(args.only.split(","))
@@ -194,6 +219,8 @@ def main() -> None:
         rows += bench_local([100, 1000] if args.quick else [100, 1000, 10000], runs)
     if "s3" in only:
         rows += bench_s3(100 if args.quick else 1000, 1 if args.quick else 3)
+    if "ui" in only:
+        rows += bench_ui(1000, 1 if args.quick else 5)
     if "memory" in only:
         rows += bench_memory(10000 if args.quick else 100000)
     machine = {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}

@@ -464,10 +464,14 @@ class FileOutputCommitter(OutputCommitter):
                     inject("commit_task.mid_move")
             self._require_files(rec, data_dir)
             return
+        # v2: move what is still in the attempt directory (one listing, not one request per file: on S3 a
+        # finished task commit then costs a single LIST to check again)
+        remaining = {rel for rel, _ in self.store.list_files(src)}
         for f in rec["files"]:
-            if self._move_once(f"{src}/{f['path']}", f["path"], f["size"]):
+            if f["path"] in remaining and self._move_once(f"{src}/{f['path']}", f["path"], f["size"]):
                 inject("commit_task.mid_move")
-        self.store.delete_tree(src)
+        if remaining:
+            self.store.delete_tree(src)
 
     def _move_once(self, src: str, dst: str, size: int | None = None) -> bool:
         """Move *src* to *dst* unless that already happened (earlier run, or a concurrent completer).
