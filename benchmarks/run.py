@@ -6,6 +6,7 @@ Prints a table (median, min, max of several runs; ratios from the same run) and 
   ``os.rename`` over the same number of files between two directories);
 - s3: moto's server on 127.0.0.1, N files: job commit time, requests per file and bytes copied at job commit,
   v1 / v2 / magic;
+- airflow: dag.test() wall time of 8 mapped Parquet writes, plain PythonOperator versus the commit stage;
 - ui: building the commit-status page (storage reads + HTML) of a job with 1,000 tasks, running and committed;
 - memory: job commit of 100,000 files in a fresh process: time and peak RSS.
 """
@@ -193,8 +194,35 @@ def bench_ui(tasks: int, runs: int) -> list[dict[str, Any]]:
     return out
 
 
+def bench_airflow(runs: int) -> list[dict[str, Any]]:
+    """dag.test() wall time of the same writes, plain versus through the commit stage (fresh processes)."""
+    base = Path(tempfile.mkdtemp(prefix="bench-af-"))
+    home = base / "home"
+    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(Path(__file__).parent / "dags"),
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "BENCH_ROOT": str(base / "out"),
+           "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db"}
+    subprocess.run([str(Path(sys.executable).with_name("airflow")), "db", "migrate"], env=env, check=True,
+                   capture_output=True)
+    code = ("import sys, time; sys.path.insert(0, sys.argv[2]); import bench_overhead as m; d = getattr(m, sys.argv[1]);"
+            "d.test(); t0 = time.perf_counter(); dr = d.test(); print('WALL', time.perf_counter() - t0, dr.state)")
+    times: dict[str, list[float]] = {"bench_plain": [], "bench_commit": []}
+    try:
+        for _ in range(runs):
+            for dag in times:  # interleaved, so drift hits both alike
+                out = subprocess.run([sys.executable, "-c", code, dag, env["AIRFLOW__CORE__DAGS_FOLDER"]], env=env,
+                                     capture_output=True, text=True, check=True).stdout
+                line = next(l for l in out.splitlines() if l.startswith("WALL"))
+                assert line.endswith("success"), line
+                times[dag].append(float(line.split()[1]))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    plain = statistics.median(times["bench_plain"])
+    return [{"bench": "airflow dag.test wall (2nd run in process)", "n": 8, "committer": name, **stats(v),
+             "x_plain": statistics.median(v) / plain} for name, v in times.items()]
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
-    cols = ["bench", "n", "committer", "median", "min", "max", "ms_per_file", "x_floor",
+    cols = ["bench", "n", "committer", "median", "min", "max", "ms_per_file", "x_floor", "x_plain",
             "publish_requests_per_file", "requests_total", "bytes_copied", "peak_rss_mb"]
     cols = [c for c in cols if any(c in r for r in rows)]
     fmt = lambda v: f"{v:.4f}" if isinstance(v, float) else ("" if v is None else str(v))  # noqa: E731
@@ -209,7 +237,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, one run each")
-    parser.add_argument("--only", default="local,s3,ui,memory")
+    parser.add_argument("--only", default="local,s3,airflow,ui,memory")
     parser.add_argument("--json", default="benchmarks/results.json")
     args = parser.parse_args()
     only = set(args.only.split(","))
@@ -219,6 +247,8 @@ def main() -> None:
         rows += bench_local([100, 1000] if args.quick else [100, 1000, 10000], runs)
     if "s3" in only:
         rows += bench_s3(100 if args.quick else 1000, 1 if args.quick else 3)
+    if "airflow" in only:
+        rows += bench_airflow(1 if args.quick else 5)
     if "ui" in only:
         rows += bench_ui(1000, 1 if args.quick else 5)
     if "memory" in only:
