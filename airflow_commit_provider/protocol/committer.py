@@ -387,6 +387,14 @@ class FileOutputCommitter(OutputCommitter):
             self._discard_attempt(ta)
             raise CommitDenied(f"job {self.job_id} is already committing; task {ta.task} is committed by "
                                f"{rec and rec['attempt']}", task=ta.task, attempt=ta.attempt, winner=rec)
+        current = self.current_app_attempt(job)
+        if ta.app_attempt != current:
+            # A zombie of an older application attempt. Its commit could only land in that attempt's directory
+            # (which job commit ignores) -- or, with v2, replace the current winner's visible files: refuse it.
+            self._discard_attempt(ta)
+            raise CommitDenied(f"task attempt {ta.name} belongs to application attempt {ta.app_attempt}, the job "
+                               f"is now in application attempt {current}; its files were removed",
+                               task=ta.task, attempt=ta.attempt)
         if self._claim(ta, "committing") == "failed":
             self._discard_attempt(ta)
             raise CommitDenied(f"task attempt {ta.name} was recorded as failed and cannot commit; its files were "
@@ -691,11 +699,12 @@ class FileOutputCommitter(OutputCommitter):
 
     def _publish(self, recs: list[dict[str, Any]]) -> None:
         """Make every committed task's files visible at their final names (idempotent, parallel)."""
-        if self.algorithm == 2:  # task commit already moved them; check they are all there
-            present = {rel for rel, _ in self.store.list_files("")}
-            lost = [f["path"] for rec in recs for f in rec["files"] if f["path"] not in present]
-            if lost:
-                raise CorruptRecord(f"job {self.job_id}: committed v2 file(s) missing from the output: {lost[:5]}")
+        if self.algorithm == 2:  # task commit already moved them; check they are all there, as recorded
+            present = dict(self.store.list_files(""))
+            wrong = [f["path"] for rec in recs for f in rec["files"] if present.get(f["path"]) != f["size"]]
+            if wrong:
+                raise CorruptRecord(f"job {self.job_id}: committed v2 file(s) missing from the output or changed "
+                                    f"since their task commit: {wrong[:5]}")
             return
         moves = [(f"{rec['data_dir']}/{f['path']}", f["path"], f["size"]) for rec in recs for f in rec["files"]]
         for d in sorted({partition_of(dst) for _, dst, _ in moves} - {""}):

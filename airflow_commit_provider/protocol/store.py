@@ -120,7 +120,7 @@ class LocalStore(Store):
     """The local disk through :mod:`os`: atomic directory rename, ``os.link`` for exclusive creation."""
 
     atomic_dir_rename = True
-    default_commit_threads = 4
+    default_commit_threads = 1
     protocol = "file"
 
     def __init__(self, root: str) -> None:

@@ -204,7 +204,9 @@ def test_zombie_of_older_application_attempt_is_ignored(root):
     zombie, zombie_rows = write_attempt(c, 0, 1)  # app 0, never commits in time
     c.setup_job()  # the DAG run is cleared: app 1
     run_task_attempt(c, 0, 2, produce(0, 2))
-    c.commit_task(zombie, zombie_rows)  # the zombie wakes up and commits into app 0's directory
+    with pytest.raises(CommitDenied, match="application attempt 0"):  # the zombie wakes up and asks to commit
+        c.commit_task(zombie, zombie_rows)
+    assert not c.store.exists(zombie.work_dir)
     c.commit_job(1)
     assert {r["attempt"] for r in sc.read_rows(root)} == {2}
     with pytest.raises(JobAlreadyCommitted):  # a zombie after cleanup cannot start
