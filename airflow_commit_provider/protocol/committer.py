@@ -46,7 +46,7 @@ from .errors import (
 )
 from .faults import inject
 from .layout import COMMITS, SUCCESS, TEMPORARY, JobLayout, check_job_id
-from .paths import check_partition_key, is_hidden, partition_of
+from .paths import check_partition_key, check_relative, is_hidden, partition_of
 from .store import Store, store_for
 
 MODES = ("error", "append", "overwrite", "dynamic")
@@ -149,7 +149,7 @@ class OutputCommitter(ABC):
     """Hadoop's OutputCommitter contract."""
 
     @abstractmethod
-    def setup_job(self) -> JobContext: ...
+    def setup_job(self, *, replace_files: Iterable[str] = ()) -> JobContext: ...
 
     @abstractmethod
     def setup_task(self, task: int, attempt: int) -> TaskAttemptContext: ...
@@ -279,8 +279,11 @@ class FileOutputCommitter(OutputCommitter):
         return {base + rel: size for rel, size in self.store.list_files(prefix) if not is_hidden(base + rel)}
 
     # ------------------------------------------------------------------ job setup
-    def setup_job(self) -> JobContext:
+    def setup_job(self, *, replace_files: Iterable[str] = ()) -> JobContext:
         """Allocate the next application attempt; create the job record and the target on the first one.
+
+        *replace_files* (used on the first call of a generation only): existing files this job's commit replaces,
+        deleted after the new files are in place (a compaction's inputs).
 
         Idempotent in effect and never touches committed work: a re-run after a successful commit starts a new
         generation (new job uuid) whose commit will replace the previous generation's files; a re-run while a job
@@ -290,7 +293,7 @@ class FileOutputCommitter(OutputCommitter):
         inject("setup_job.before_record")
         job = self.job_record()
         if job is None:
-            job = self._create_job_record()
+            job = self._create_job_record([check_relative(f) for f in replace_files])
         self._check_config(job)
         plan = self._plan(job)
         if plan is not None:
@@ -313,7 +316,7 @@ class FileOutputCommitter(OutputCommitter):
         if self.store.exists("") and not self.store.isdir(""):
             raise InvalidOutputSpec(f"output root {self.store.url()} is a file, not a directory")
 
-    def _create_job_record(self) -> dict[str, Any]:
+    def _create_job_record(self, replace_files: list[str]) -> dict[str, Any]:
         log = self.commit_log()
         replaces = None
         generation, first_app = 0, 0
@@ -327,7 +330,7 @@ class FileOutputCommitter(OutputCommitter):
         self.store.ensure_root()
         body = {**self._config(), "job_id": self.job_id, "job_uuid": str(uuid.uuid4()), "generation": generation,
                 "first_app_attempt": first_app, "created": records.now_iso(), "labels": self.labels,
-                "replaces": replaces}
+                "replaces": replaces, "replace_files": replace_files}
         self.store.create_exclusive(self.layout.job_record, records.dumps("job", body))
         job = self.job_record()
         if job is None:  # pragma: no cover - created just above, or by a concurrent setup
@@ -633,6 +636,7 @@ class FileOutputCommitter(OutputCommitter):
                 raise InvalidOutputSpec(f"{self.mode} would replace existing file(s) {clobbered[:5]} in "
                                         f"{self.store.url()}; nothing was changed")
         deletions |= replaced & visible
+        deletions |= set(job.get("replace_files") or []) & visible  # e.g. the small files a compaction merged
         deletions -= set(dsts)
         plan = {"job_id": self.job_id, "job_uuid": job["job_uuid"], "app_attempt": app, "started": started,
                 "tasks": {str(t): recs[t] for t in tasks}, "deletions": sorted(deletions),

@@ -1,0 +1,140 @@
+"""The fault-injection matrix as one command: ``python -m tests.fault_matrix [--quick]``.
+
+Every injection point x algorithm x file system (local disk; S3 on moto's server, started here on 127.0.0.1) x kill
+style (``os._exit`` and SIGKILL of the worker process). Each cell: an earlier application attempt committed two
+tasks; a worker process runs a whole application attempt and is killed at the point; the job is then recovered as
+Airflow would (a DAG-run clear for ``exit``, "clear only failed" for ``kill``); the output is read back with pyarrow
+row by row (nothing lost, nothing duplicated, old data replaced as overwrite says), and no ``_temporary`` and no
+pending multipart upload may remain. Prints the matrix and the pass count; exits non-zero on any failure.
+
+CI runs the same cells through pytest (``tests/protocol/test_crash_matrix.py``, ``tests/s3/test_s3.py``); this
+command is the full cross product. ``--quick`` keeps the local file system only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from airflow_commit_provider.protocol import faults  # noqa: E402
+from airflow_commit_provider.protocol.faults import FAULT_EXIT_CODE  # noqa: E402
+from tests.protocol import scenario as sc  # noqa: E402
+from tests.protocol.test_crash_matrix import MIDWAY, spawn  # noqa: E402
+
+POINTS = [p for p in faults.POINTS if not p.startswith("abort_job.")]
+
+
+def run_cell(fs: str, algorithm, point: str, kill: str, base: str) -> str:
+    """``pass``, ``n/a`` (the point is not on this algorithm's path) or ``FAIL: ...``."""
+    if fs == "local":
+        root = os.path.join(base, uuid.uuid4().hex)
+    else:
+        import boto3
+
+        bucket = f"m-{uuid.uuid4().hex[:16]}"
+        boto3.client("s3").create_bucket(Bucket=bucket)
+        root = f"s3://{bucket}/table"
+    work = tempfile.mkdtemp(dir=base)
+    cfg = {"root": root, "work": work, "algorithm": algorithm, "mode": "overwrite"}
+    if algorithm == "magic":
+        cfg["part_size"] = 5 * 2**20
+    try:
+        sc.write_old_data(root)
+        sc.phase_prior(cfg)
+        proc = spawn("main", cfg, f"{point}={kill}@{MIDWAY.get(point, 1)}")
+        if proc.returncode == 0:
+            return "n/a"
+        if proc.returncode != (FAULT_EXIT_CODE if kill == "exit" else -9):
+            return f"FAIL: worker rc={proc.returncode}: {proc.stderr[-300:]}"
+        sc.check_no_duplicates(sc.read_rows(root))
+        if kill == "exit":
+            sc.phase_main(cfg, 21)
+        else:
+            sc.phase_retry(cfg, 31)
+        sc.assert_exactly_once(sc.read_rows(root), old=set())
+        leftovers = [f for f in sc.all_files(root) if f.startswith("_temporary")]
+        if leftovers:
+            return f"FAIL: left {leftovers[:3]}"
+        if fs == "s3":
+            import boto3
+
+            pending = boto3.client("s3").list_multipart_uploads(Bucket=root.split("/")[2]).get("Uploads", [])
+            if pending:
+                return f"FAIL: {len(pending)} pending uploads left"
+        return "pass"
+    except Exception as exc:  # a failed cell is reported, the matrix goes on
+        return f"FAIL: {type(exc).__name__}: {exc} {traceback.format_exc(limit=2)[-200:]}"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def start_moto() -> subprocess.Popen:
+    import socket
+
+    import requests
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    os.environ.update({"AWS_ACCESS_KEY_ID": "matrix", "AWS_SECRET_ACCESS_KEY": "matrix",
+                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL_S3": url})
+    for _ in range(100):
+        try:
+            requests.get(url, timeout=1)
+            break
+        except requests.RequestException:
+            time.sleep(0.1)
+    return proc
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="local file system only")
+    args = parser.parse_args()
+    columns = [("local", 1), ("local", 2)] + ([] if args.quick else [("s3", 1), ("s3", 2), ("s3", "magic")])
+    moto = None if args.quick else start_moto()
+    base = tempfile.mkdtemp(prefix="fault-matrix-")
+    results: dict[tuple, str] = {}
+    t0 = time.monotonic()
+    try:
+        for point in POINTS:
+            for fs, alg in columns:
+                for kill in ("exit", "kill"):
+                    results[(point, fs, alg, kill)] = run_cell(fs, alg, point, kill, base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        if moto is not None:
+            moto.terminate()
+    heads = [f"{fs} {'v' + str(alg) if alg != 'magic' else alg} {kill}" for fs, alg in columns
+             for kill in ("exit", "kill")]
+    width = max(map(len, POINTS))
+    print(" " * width + " | " + " | ".join(heads))
+    mark = {"pass": "ok", "n/a": "-"}
+    for point in POINTS:
+        cells = [mark.get(results[(point, fs, alg, kill)], "FAIL") for fs, alg in columns for kill in ("exit", "kill")]
+        print(point.ljust(width) + " | " + " | ".join(c.center(len(h)) for c, h in zip(cells, heads)))
+    passed = sum(v == "pass" for v in results.values())
+    na = sum(v == "n/a" for v in results.values())
+    failed = {k: v for k, v in results.items() if v.startswith("FAIL")}
+    for key, why in failed.items():
+        print(f"FAILED {key}: {why}")
+    print(f"{passed} passed, {len(failed)} failed ({na} cells not on that algorithm's path; "
+          f"{len(results)} cells in {time.monotonic() - t0:.0f} s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
