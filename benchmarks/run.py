@@ -2,8 +2,10 @@
 
 Prints a table (median, min, max of several runs; ratios from the same run) and writes JSON.
 
-- local: job commit time for N small Parquet files, ours v1 (parallel) and v2, against the floor (a plain loop of
+- local: job commit time for N small Parquet files, ours v1 and v2, against the floor (a plain loop of
   ``os.rename`` over the same number of files between two directories);
+- spark: the peer, Hadoop's FileOutputCommitter v1 and v2 through pyspark local[2] (``pip install pyspark``,
+  Java 17), its job commit time taken from the driver's "Write Job ... committed. Elapsed time" line;
 - s3: moto's server on 127.0.0.1, N files: job commit time, requests per file and bytes copied at job commit,
   v1 / v2 / magic;
 - airflow: dag.test() wall time of 8 mapped Parquet writes, plain PythonOperator versus the commit stage;
@@ -104,22 +106,53 @@ def bench_local(sizes: list[int], runs: int) -> list[dict[str, Any]]:
     return out
 
 
+def bench_spark(sizes: list[int], runs: int) -> list[dict[str, Any]]:
+    """Hadoop's FileOutputCommitter v1/v2 through Spark 4 local[2]: Spark's own job-commit figure per run."""
+    from benchmarks.spark_peer import parse
+
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": f"--driver-java-options -Dlog4j2.configurationFile=file:"
+           f"{here / 'log4j2-peer.properties'} --conf spark.ui.showConsoleProgress=false pyspark-shell"}
+    out = []
+    for n in sizes:
+        for alg in (1, 2):
+            base = tempfile.mkdtemp(prefix="bench-spark-")
+            try:
+                proc = subprocess.run([sys.executable, "-m", "benchmarks.spark_peer", str(n), str(alg),
+                                       str(runs if n <= 1000 else 1), os.path.join(base, "out")],
+                                      env=env, capture_output=True, text=True, cwd=here.parent)
+            finally:
+                shutil.rmtree(base, ignore_errors=True)
+            results = parse(proc.stdout, proc.stderr)
+            if not results:
+                raise RuntimeError(f"Spark peer produced no timing (rc={proc.returncode}): {proc.stderr[-500:]}")
+            s = stats([ms / 1000 for ms, _ in results])
+            out.append({"bench": "local job commit", "n": n, "committer": f"Hadoop v{alg} (Spark 4.3)", **s,
+                        "ms_per_file": 1000 * s["median"] / n,
+                        "spark_write_total_s": statistics.median(t for _, t in results)})
+    return out
+
+
+def relate(rows: list[dict[str, Any]]) -> None:
+    """Ours against Hadoop and the floor at the same N, from the same run."""
+    for row in rows:
+        if row["bench"] != "local job commit":
+            continue
+        same = {r["committer"]: r["median"] for r in rows if r["bench"] == row["bench"] and r["n"] == row["n"]}
+        if "floor os.rename" in same:
+            row["x_floor"] = row["median"] / same["floor os.rename"]
+        alg = row["committer"][-2:]
+        hadoop = same.get(f"Hadoop {alg} (Spark 4.3)")
+        if row["committer"].startswith("ours") and hadoop:
+            row["x_hadoop"] = row["median"] / hadoop
+
+
 def bench_s3(n: int, runs: int) -> list[dict[str, Any]]:
     import boto3
-    import requests
 
-    port = 5599
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION":
-                       "us-east-1", "AWS_ENDPOINT_URL_S3": url})
-    for _ in range(100):
-        try:
-            requests.get(url, timeout=1)
-            break
-        except requests.RequestException:
-            time.sleep(0.1)
+    from tests.support import start_moto
+
+    proc, _url = start_moto(os.environ)
     out = []
     try:
         for alg in (1, 2, "magic"):
@@ -222,7 +255,7 @@ def bench_airflow(runs: int) -> list[dict[str, Any]]:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    cols = ["bench", "n", "committer", "median", "min", "max", "ms_per_file", "x_floor", "x_plain",
+    cols = ["bench", "n", "committer", "median", "min", "max", "ms_per_file", "x_floor", "x_hadoop", "x_plain",
             "publish_requests_per_file", "requests_total", "bytes_copied", "peak_rss_mb"]
     cols = [c for c in cols if any(c in r for r in rows)]
     fmt = lambda v: f"{v:.4f}" if isinstance(v, float) else ("" if v is None else str(v))  # noqa: E731
@@ -237,7 +270,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, one run each")
-    parser.add_argument("--only", default="local,s3,airflow,ui,memory")
+    parser.add_argument("--only", default="local,spark,s3,airflow,ui,memory")
     parser.add_argument("--json", default="benchmarks/results.json")
     args = parser.parse_args()
     only = set(args.only.split(","))
@@ -245,6 +278,9 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     if "local" in only:
         rows += bench_local([100, 1000] if args.quick else [100, 1000, 10000], runs)
+    if "spark" in only:
+        rows += bench_spark([100, 1000] if args.quick else [100, 1000, 10000], 1 if args.quick else 3)
+    relate(rows)
     if "s3" in only:
         rows += bench_s3(100 if args.quick else 1000, 1 if args.quick else 3)
     if "airflow" in only:

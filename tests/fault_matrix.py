@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ from airflow_commit_provider.protocol import faults  # noqa: E402
 from airflow_commit_provider.protocol.faults import FAULT_EXIT_CODE  # noqa: E402
 from tests.protocol import scenario as sc  # noqa: E402
 from tests.protocol.test_crash_matrix import MIDWAY, spawn  # noqa: E402
+from tests.support import start_moto  # noqa: E402
 
 POINTS = [p for p in faults.POINTS if not p.startswith("abort_job.")]
 
@@ -78,34 +78,12 @@ def run_cell(fs: str, algorithm, point: str, kill: str, base: str) -> str:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def start_moto() -> subprocess.Popen:
-    import socket
-
-    import requests
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    os.environ.update({"AWS_ACCESS_KEY_ID": "matrix", "AWS_SECRET_ACCESS_KEY": "matrix",
-                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL_S3": url})
-    for _ in range(100):
-        try:
-            requests.get(url, timeout=1)
-            break
-        except requests.RequestException:
-            time.sleep(0.1)
-    return proc
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="local file system only")
     args = parser.parse_args()
     columns = [("local", 1), ("local", 2)] + ([] if args.quick else [("s3", 1), ("s3", 2), ("s3", "magic")])
-    moto = None if args.quick else start_moto()
+    moto = None if args.quick else start_moto(os.environ)[0]
     base = tempfile.mkdtemp(prefix="fault-matrix-")
     results: dict[tuple, str] = {}
     t0 = time.monotonic()

@@ -205,3 +205,26 @@ def test_asset_event_carries_the_commit_summary(dags):
     assert extra["job_uuid"] == manifest["job_uuid"]
     assert (extra["files"], extra["rows"], extra["bytes"]) == tuple(manifest["totals"][k] for k in
                                                                     ("files", "rows", "bytes"))
+
+
+def test_dedup_then_compaction_operators(dags):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = target("ct_maintenance")
+    ids = []
+    for i in range(8):
+        rows = list(range(len(ids), len(ids) + 3))
+        ids += rows
+        os.makedirs(f"{root}/ds=1", exist_ok=True)
+        for attempt in ((0, 1) if i == 2 else (0,)):  # task 2 has a speculative duplicate
+            pq.write_table(pa.table({"id": pa.array(rows, pa.int64())}), f"{root}/ds=1/{i:06d}_{attempt}")
+    os.rename(f"{root}/ds=1/000002_0", f"{root}/ds=1/000002_0.parquet")
+    os.rename(f"{root}/ds=1/000002_1", f"{root}/ds=1/000002_1.parquet")
+    for i in (0, 1, 3, 4, 5, 6, 7):
+        os.rename(f"{root}/ds=1/{i:06d}_0", f"{root}/ds=1/{i:06d}_0.parquet")
+    dr = dags.ct_maintenance.test()
+    assert dr.state == "success", states(dr)
+    got = pq.read_table(root).column("id").to_pylist()
+    assert sorted(got) == sorted(ids), "the duplicate is gone, no row lost"
+    assert len(sc.visible_files(root)) == 1, "eight small files merged into one"

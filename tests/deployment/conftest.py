@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,16 +17,11 @@ import pytest
 import requests
 
 from ..conftest import DAGS_FOLDER, SESSION_DIR
+from ..support import free_port
 
 HOME = SESSION_DIR / "deploy-home"
 ROOT = SESSION_DIR / "deploy-outputs"
 WORK = SESSION_DIR / "deploy-work"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Deployment:
@@ -148,7 +142,7 @@ def deployment():
     for d in (HOME, ROOT, WORK):
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
-    port = _free_port()
+    port = free_port()
     env = {**os.environ,
            "AIRFLOW_HOME": str(HOME),
            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),

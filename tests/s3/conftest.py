@@ -9,42 +9,20 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
 import uuid
-from pathlib import Path
 
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from ..support import start_moto
 
 
 @pytest.fixture(scope="session")
 def moto_server():
-    port = _free_port()
-    moto = Path(sys.executable).with_name("moto_server")
-    proc = subprocess.Popen([str(moto), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    import requests
-
-    for _ in range(100):
-        try:
-            requests.get(url, timeout=1)
-            break
-        except requests.RequestException:
-            time.sleep(0.1)
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret-do-not-log",
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL_S3": url,
-           "AIRFLOW_CONN_COMMIT_S3": json.dumps({
+    env: dict[str, str] = {}
+    proc, url = start_moto(env)
+    env.update({"AIRFLOW_CONN_COMMIT_S3": json.dumps({
                "conn_type": "aws", "login": "testing", "password": "testing-secret-do-not-log",
-               "extra": {"endpoint_url": url, "region_name": "us-east-1"}})}
+               "extra": {"endpoint_url": url, "region_name": "us-east-1"}})})
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     yield url

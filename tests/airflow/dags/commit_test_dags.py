@@ -71,3 +71,11 @@ with DAG("ct_sensor", schedule=None, start_date=datetime(2024, 1, 1), catchup=Fa
                         poke_interval=1, timeout=600, verify_files=True)
     SuccessMarkerSensor(task_id="wait_deferred", target=os.path.join(ROOT, "ct_dynamic_v1"), deferrable=True,
                         poke_interval=1, timeout=600, verify_files=True)
+
+with DAG("ct_maintenance", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
+         tags=["airflow-commit-provider-tests"]) as ct_maintenance:
+    from airflow_commit_provider.operators.maintenance import CompactOutputOperator, DeduplicateOutputOperator
+
+    dedup = DeduplicateOutputOperator(task_id="dedup", target=os.path.join(ROOT, "ct_maintenance"), apply=True)
+    dedup >> CompactOutputOperator(task_id="compact", target=os.path.join(ROOT, "ct_maintenance"),
+                                   target_size=10**6)

@@ -1,0 +1,43 @@
+"""The peer: Spark (Hadoop FileOutputCommitter) writing N one-row Parquet files, local[2], file://.
+
+``python -m benchmarks.spark_peer N ALGORITHM RUNS OUT``: prints one ``JOB_COMMIT_MS <ms> TOTAL_S <s>`` line
+per run. The job commit time is Spark's own figure, from the driver's log line
+"Write Job <uuid> committed. Elapsed time: <ms> ms" (FileFormatWriter, INFO).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+import time
+
+
+def main() -> None:
+    n, algorithm, runs, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("commit-peer")
+             .config("spark.ui.enabled", "false")
+             .config("spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version", str(algorithm))
+             .config("spark.sql.sources.commitProtocolClass",
+                     "org.apache.spark.sql.execution.datasources.SQLHadoopMapReduceCommitProtocol")
+             .getOrCreate())
+    df = spark.range(n).repartition(n)
+    for _ in range(runs):
+        shutil.rmtree(out, ignore_errors=True)
+        t0 = time.perf_counter()
+        df.write.mode("overwrite").parquet(out)
+        print(f"TOTAL_S {time.perf_counter() - t0:.4f}", flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
+
+
+def parse(stdout: str, stderr: str) -> list[tuple[float, float]]:
+    """(job commit ms, total s) per run."""
+    commits = [float(m) for m in re.findall(r"Write Job [0-9a-f-]+ committed\. Elapsed time: (\d+) ms", stderr)]
+    totals = [float(m) for m in re.findall(r"TOTAL_S ([\d.]+)", stdout)]
+    return list(zip(commits, totals))
