@@ -57,7 +57,8 @@ def _chromium() -> str:
     if path is None and shutil.which("apt-get") and os.geteuid() == 0:
         for cmd in (["apt-get", "install", "-y", "-q", "chromium"], ["apt-get", "update", "-q"],
                     ["apt-get", "install", "-y", "-q", "chromium"]):
-            if subprocess.run(cmd, capture_output=True).returncode == 0 and cmd[1] == "install":
+            env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+            if subprocess.run(cmd, capture_output=True, env=env).returncode == 0 and cmd[1] == "install":
                 break
         path = shutil.which("chromium")
     if path is None:
