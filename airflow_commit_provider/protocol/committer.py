@@ -149,7 +149,7 @@ class OutputCommitter(ABC):
     """Hadoop's OutputCommitter contract."""
 
     @abstractmethod
-    def setup_job(self, *, replace_files: Iterable[str] = ()) -> JobContext: ...
+    def setup_job(self, *, replace_files: Iterable[str] = (), replace_first: bool = False) -> JobContext: ...
 
     @abstractmethod
     def setup_task(self, task: int, attempt: int) -> TaskAttemptContext: ...
@@ -279,11 +279,14 @@ class FileOutputCommitter(OutputCommitter):
         return {base + rel: size for rel, size in self.store.list_files(prefix) if not is_hidden(base + rel)}
 
     # ------------------------------------------------------------------ job setup
-    def setup_job(self, *, replace_files: Iterable[str] = ()) -> JobContext:
+    def setup_job(self, *, replace_files: Iterable[str] = (), replace_first: bool = False) -> JobContext:
         """Allocate the next application attempt; create the job record and the target on the first one.
 
-        *replace_files* (used on the first call of a generation only): existing files this job's commit replaces,
-        deleted after the new files are in place (a compaction's inputs).
+        *replace_files* (used on the first call of a generation only): existing files this job's commit replaces
+        (a compaction's inputs). They are deleted after the new files are in place, unless *replace_first*: for a
+        job whose new files hold the same rows as the old ones (compaction), the safe order is the reverse --
+        a reader may briefly miss rows (they are committed and will be published by the resume), but never
+        sees one twice.
 
         Idempotent in effect and never touches committed work: a re-run after a successful commit starts a new
         generation (new job uuid) whose commit will replace the previous generation's files; a re-run while a job
@@ -293,7 +296,7 @@ class FileOutputCommitter(OutputCommitter):
         inject("setup_job.before_record")
         job = self.job_record()
         if job is None:
-            job = self._create_job_record([check_relative(f) for f in replace_files])
+            job = self._create_job_record([check_relative(f) for f in replace_files], replace_first)
         self._check_config(job)
         plan = self._plan(job)
         if plan is not None:
@@ -316,7 +319,7 @@ class FileOutputCommitter(OutputCommitter):
         if self.store.exists("") and not self.store.isdir(""):
             raise InvalidOutputSpec(f"output root {self.store.url()} is a file, not a directory")
 
-    def _create_job_record(self, replace_files: list[str]) -> dict[str, Any]:
+    def _create_job_record(self, replace_files: list[str], replace_first: bool) -> dict[str, Any]:
         log = self.commit_log()
         replaces = None
         generation, first_app = 0, 0
@@ -330,7 +333,7 @@ class FileOutputCommitter(OutputCommitter):
         self.store.ensure_root()
         body = {**self._config(), "job_id": self.job_id, "job_uuid": str(uuid.uuid4()), "generation": generation,
                 "first_app_attempt": first_app, "created": records.now_iso(), "labels": self.labels,
-                "replaces": replaces, "replace_files": replace_files}
+                "replaces": replaces, "replace_files": replace_files, "replace_first": replace_first}
         self.store.create_exclusive(self.layout.job_record, records.dumps("job", body))
         job = self.job_record()
         if job is None:  # pragma: no cover - created just above, or by a concurrent setup
@@ -650,25 +653,15 @@ class FileOutputCommitter(OutputCommitter):
     def _execute(self, job: Mapping[str, Any], plan: Mapping[str, Any], clock: StageClock,
                  resumed: bool) -> dict[str, Any]:
         recs = [plan["tasks"][k] for k in sorted(plan["tasks"], key=int)]
+        replace_first = bool(job.get("replace_first"))
+        if replace_first:
+            self._delete_old(plan["deletions"])
         self._publish(recs)
         self._after_publish(job, recs)
         inject("commit_job.after_moves")
         clock.end("moves")
-        deletions = plan["deletions"]
-
-        if self.store.batch_deletes:
-            for i in range(0, len(deletions), 1000):
-                self.store.delete_files(deletions[i:i + 1000])
-                inject("commit_job.mid_delete")
-        else:
-            def delete(rel: str) -> None:
-                self.store.delete_file(rel)
-                inject("commit_job.mid_delete")
-
-            parallel(delete, deletions, self.commit_threads)
-        for d in sorted({partition_of(p) for p in deletions} - {""}, key=lambda p: -p.count("/")):
-            while d and self.store.remove_dir_if_empty(d):
-                d = partition_of(d)
+        if not replace_first:
+            self._delete_old(plan["deletions"])
         inject("commit_job.after_deletes")
         clock.end("deletes")
         manifest = self._manifest(job, plan, recs, clock, resumed)
@@ -700,6 +693,22 @@ class FileOutputCommitter(OutputCommitter):
         self.store.write_bytes(SUCCESS, records.dumps("success", manifest))
         inject("commit_job.after_success")
         return manifest
+
+    def _delete_old(self, deletions: list[str]) -> None:
+        """Delete the plan's old files (idempotent), then the directories that became empty."""
+        if self.store.batch_deletes:
+            for i in range(0, len(deletions), 1000):
+                self.store.delete_files(deletions[i:i + 1000])
+                inject("commit_job.mid_delete")
+        else:
+            def delete(rel: str) -> None:
+                self.store.delete_file(rel)
+                inject("commit_job.mid_delete")
+
+            parallel(delete, deletions, self.commit_threads)
+        for d in sorted({partition_of(p) for p in deletions} - {""}, key=lambda p: -p.count("/")):
+            while d and self.store.remove_dir_if_empty(d):
+                d = partition_of(d)
 
     def _publish(self, recs: list[dict[str, Any]]) -> None:
         """Make every committed task's files visible at their final names (idempotent, parallel)."""

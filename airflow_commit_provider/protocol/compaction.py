@@ -2,9 +2,11 @@
 
 Each group of small Parquet files of one partition is merged by one task; every attempt of it (retries,
 speculative copies) writes into its own attempt directory and only the attempt that wins the task commit record
-counts. The inputs are named in the job record (``replace_files``) and deleted at job commit, after the merged
-files are in place, from a plan fixed before the first move: a crash anywhere is finished by the next commit,
-and no attempt can leave a second copy behind (Hive's ``000005_0`` / ``000005_1``).
+counts. The inputs are named in the job record (``replace_files``) and deleted at job commit from a plan fixed
+before the first deletion, and *then* the merged files are moved in (``replace_first``): the merged files hold
+the same rows as the inputs, so this order means a reader never sees a row twice -- during the commit, or after
+a crash in it, some rows are briefly missing (committed under ``_temporary``, listed in the plan) until the
+commit is resumed. No attempt can leave a second copy behind (Hive's ``000005_0`` / ``000005_1``).
 """
 
 from __future__ import annotations
@@ -67,7 +69,8 @@ def compact(committer: FileOutputCommitter, attempt: int, target_size: int = 128
     if job is None and committer.commit_log() is not None:
         return {"state": "committed", **committer.commit_log()}  # a retry after the commit: nothing to redo
     inputs = plan_groups(small_parquet_files(committer.store), target_size) if job is None else None
-    ctx = committer.setup_job(replace_files=[f for g in inputs for f in g] if inputs is not None else ())
+    ctx = committer.setup_job(replace_files=[f for g in inputs for f in g] if inputs is not None else (),
+                              replace_first=True)
     job = committer.job_record()
     assert job is not None
     replace = job["replace_files"]
