@@ -61,7 +61,11 @@ class Deployment:
             try:
                 p.wait(timeout=max(1, deadline - time.time()))
             except subprocess.TimeoutExpired:
+                pass
+            try:  # whatever the leader did, no child (api-server workers, executor workers) outlives the suite
                 os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def _wait_healthy(self, timeout: float = 240) -> None:
         deadline = time.time() + timeout
