@@ -13,7 +13,8 @@ from airflow_commit_provider.sensors.success_marker import SuccessMarkerSensor
 with DAG("commit_downstream_sensor", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
          tags=["airflow-commit-provider", "example"]) as dag:
     wait = SuccessMarkerSensor(task_id="wait_for_events", target=os.path.join(ROOT, "events"), deferrable=True,
-                               verify_files=True, poke_interval=2, timeout=600)
+                               verify_files=True, poke_interval=2, timeout=600,
+                               retries=1)  # apache/airflow#71580: a trigger firing right after deferral
 
     @task
     def report(manifest: dict) -> dict:
