@@ -36,4 +36,19 @@ def start_moto(env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str
     return proc, url
 
 
-__all__ = ["free_port", "start_moto"]
+def race_two_processes(target, *args, results: int, timeout: float = 120) -> list:
+    """Run ``target(*args, attempt, barrier, queue)`` for attempts 1 and 2 in two spawned OS processes (they line
+    up on the barrier before committing) and return the *results* items they put on the queue."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    barrier, queue = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args, attempt, barrier, queue)) for attempt in (1, 2)]
+    for proc in procs:
+        proc.start()
+    outcomes = [queue.get(timeout=timeout) for _ in range(results)]
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0, f"racer exited with {proc.exitcode}"
+    return outcomes
+

@@ -749,7 +749,7 @@ class FileOutputCommitter(OutputCommitter):
     def _after_publish(self, job: Mapping[str, Any], recs: list[dict[str, Any]]) -> None:
         """Hook after the data is visible (the magic committer aborts stray uploads here)."""
 
-    def _abort_visible(self, job: Mapping[str, Any], keep: set[str]) -> int:
+    def _abort_external(self, job: Mapping[str, Any], keep: set[str]) -> int:
         """Hook of abort_job for state outside the job directory (the magic committer's pending uploads)."""
         return 0
 
@@ -926,7 +926,7 @@ class FileOutputCommitter(OutputCommitter):
                     if f"{work}/{name}" not in kept_dirs:  # on object stores committed data stays in place
                         self._discard_dir(f"{work}/{name}")
                 inject("abort_job.mid_delete")
-        removed_visible += self._abort_visible(job, kept_uploads if keep_committed else set())
+        removed_visible += self._abort_external(job, kept_uploads if keep_committed else set())
         if keep_committed:
             if apps:
                 self.store.write_bytes(f"{self.layout.app_dir(apps[0])}/_aborted.json", records.dumps(
@@ -950,8 +950,8 @@ def read_success_marker(path: Any, *, fs: Any = None, storage_options: dict[str,
                         verify_files: bool = False) -> dict[str, Any]:
     """Load and validate the ``_SUCCESS`` manifest of an output root (or of a partition of it).
 
-    *path* is the output root, the ``_SUCCESS`` file itself, or a :class:`Store`. With *verify_files*, every listed file must exist
-    with its recorded size. Raises :class:`FileNotFoundError` when there is no ``_SUCCESS`` and
+    *path* is the output root, the ``_SUCCESS`` file itself, or a :class:`Store`. With *verify_files*, every listed
+    file must exist with its recorded size. Raises :class:`FileNotFoundError` when there is no ``_SUCCESS`` and
     :class:`CorruptRecord` naming the problem when it is not a valid manifest.
     """
     if isinstance(path, Store):

@@ -178,7 +178,7 @@ class MagicCommitter(FileOutputCommitter):
             if uid not in committed:
                 self.s3.abort_upload(rel, uid)
 
-    def _abort_visible(self, job: Mapping[str, Any], keep: set[str]) -> int:
+    def _abort_external(self, job: Mapping[str, Any], keep: set[str]) -> int:
         """Abort this job's pending uploads except those of kept (committed) tasks."""
         aborted = 0
         for rel, uid in self._job_uploads(job["job_uuid"]):

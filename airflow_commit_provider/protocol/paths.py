@@ -72,7 +72,7 @@ def partition_value_to_str(key: str, value: object) -> str:
     if bad:
         raise InvalidOutputSpec(
             f"partition value {text!r} for {key!r} contains {', '.join(bad)}: it could escape the output root")
-    if text in (".", "..") or text.startswith((".", "_")) and text != NULL_PARTITION:
+    if text in (".", "..") or (text.startswith((".", "_")) and text != NULL_PARTITION):
         raise InvalidOutputSpec(
             f"partition value {text!r} for {key!r} is '.', '..' or starts with '.' or '_' (path traversal or a "
             "directory readers skip)")

@@ -316,7 +316,6 @@ class FsspecStore(Store):
         prefix = base.rstrip("/") + "/"
         out = []
         for path, info in found.items():
-            path = path if not path.startswith("/") or base.startswith("/") else path
             if path.startswith(prefix):
                 out.append((path[len(prefix):], int(info.get("size") or 0)))
         return out

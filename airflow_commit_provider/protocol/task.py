@@ -7,7 +7,7 @@ that they all follow the protocol the same way.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .committer import FileOutputCommitter
@@ -29,7 +29,6 @@ class TaskOutcome:
     attempt: int
     record: dict[str, Any]
     ran_callable: bool
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def files(self) -> int:
@@ -43,8 +42,7 @@ class TaskOutcome:
         return {"status": self.status, "task": self.task, "attempt": self.attempt,
                 "committed_attempt": self.record["attempt"], "app_attempt": self.record["app_attempt"],
                 "recovered_from_app": self.record.get("recovered_from_app"), "ran_callable": self.ran_callable,
-                "files": self.files, "rows": self.rows, "bytes": sum(f["size"] for f in self.record["files"]),
-                **self.extra}
+                "files": self.files, "rows": self.rows, "bytes": sum(f["size"] for f in self.record["files"])}
 
 
 def run_task_attempt(committer: FileOutputCommitter, task: int, attempt: int,

@@ -327,3 +327,39 @@ def test_soft_abort_keeps_committed_tasks_for_recovery(root, algorithm):
     run_task_attempt(c, 1, 2, produce(1, 2))
     c.commit_job(2)
     sc.assert_exactly_once(sc.read_rows(root), tasks=2)
+
+
+def test_status_follows_the_job_through_its_states(root):
+    """What the UI shows: running, failed (soft abort), committing (plan fixed), committed, with attempts."""
+    from airflow_commit_provider.protocol import faults
+
+    c = make(root)
+    assert c.status()["state"] == "absent"
+    c.setup_job()
+
+    def fails(w):
+        w.write(sc.task_table(0, 1))
+        raise RuntimeError("user code failed")
+
+    with pytest.raises(RuntimeError):
+        run_task_attempt(c, 0, 1, fails)
+    loser, loser_rows = write_attempt(c, 0, 3)
+    run_task_attempt(c, 0, 2, produce(0, 2))
+    with pytest.raises(CommitDenied):
+        c.commit_task(loser, loser_rows)
+    status = c.status()
+    assert status["state"] == "running"
+    task = status["tasks"][0]
+    assert (task["attempt"], task["failed_attempts"], task["denied_attempts"]) == (2, ["0.1"], ["0.3"])
+    assert c.abort_job(keep_committed=True)["kept_committed_tasks"] == [0]
+    assert c.status()["state"] == "failed"
+    c.setup_job()
+    faults.arm("commit_job.after_plan", "raise")
+    with pytest.raises(faults.InjectedFault):
+        c.commit_job(1)
+    faults.disarm()
+    assert c.status()["state"] == "committing"
+    c.commit_job(1)
+    done = c.status()
+    assert done["state"] == "committed" and done["totals"]["rows"] == sc.ROWS
+    assert "cleanup" in done["durations"], "the committed view shows every job-commit stage"

@@ -7,13 +7,13 @@ plain overwrite) makes these tests fail: both attempts then report a commit and 
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 
 import pytest
 
 from airflow_commit_provider.protocol import CommitDenied, FileOutputCommitter, TaskAttemptWriter
 
+from ..support import race_two_processes
 from . import scenario as sc
 
 RACES = int(os.environ.get("RACES", "50"))
@@ -21,21 +21,13 @@ RACES = int(os.environ.get("RACES", "50"))
 
 @pytest.mark.parametrize("algorithm", [1, 2])
 def test_two_processes_race_for_one_task(tmp_path, algorithm):
-    ctx = mp.get_context("spawn")
-    barrier, results = ctx.Barrier(2), ctx.Queue()
     roots = {}
     for i in range(RACES):
         root = str(tmp_path / f"out{i}")
         roots[i] = root
         FileOutputCommitter(root, f"race-{i}", algorithm=algorithm, mode="append", partition_by=["day"]).setup_job()
     # every race uses its own output root; the racers find it through the job id
-    procs = [ctx.Process(target=_race_all, args=(roots, algorithm, attempt, barrier, results)) for attempt in (1, 2)]
-    for p in procs:
-        p.start()
-    outcomes = [results.get(timeout=90) for _ in range(2 * RACES)]
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    outcomes = race_two_processes(_race_all, roots, algorithm, results=2 * RACES, timeout=90)
     wins_by_attempt = {1: 0, 2: 0}
     for i in range(RACES):
         pair = [o for o in outcomes if o[0] == i]

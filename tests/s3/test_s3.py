@@ -8,11 +8,9 @@ file at job commit plus a constant, uploads reused on recovery, and an abort tha
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 
 import boto3
-import pyarrow as pa
 import pytest
 
 from airflow_commit_provider.protocol import (
@@ -27,6 +25,7 @@ from airflow_commit_provider.protocol import (
 )
 
 from ..protocol import scenario as sc
+from ..support import race_two_processes
 from ..protocol.test_crash_matrix import MIDWAY, expect_killed, spawn
 
 ALGORITHMS = [1, 2, "magic"]
@@ -214,15 +213,7 @@ def test_s3_two_processes_race_for_one_task(bucket, algorithm):
     root = f"s3://{bucket}/race"
     for i in range(RACES):
         make(f"{root}/r{i}", algorithm).setup_job()
-    ctx = mp.get_context("spawn")
-    barrier, results = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_race_all, args=(root, algorithm, a, barrier, results)) for a in (1, 2)]
-    for p in procs:
-        p.start()
-    outcomes = [results.get(timeout=120) for _ in range(2 * RACES)]
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    outcomes = race_two_processes(_race_all, root, algorithm, results=2 * RACES)
     for i in range(RACES):
         pair = sorted(o[1:] for o in outcomes if o[0] == i)
         winners = [a for a, what in pair if what == "won"]
