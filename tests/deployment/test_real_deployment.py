@@ -8,6 +8,7 @@ resumes through the real triggerer.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 
@@ -81,7 +82,8 @@ def test_deferrable_sensor_resumes_through_the_triggerer(deployment):
     dep.trigger("ct_dynamic_v1", "rest-data")
     assert dep.wait_run("ct_dynamic_v1", "rest-data") == "success"
     assert dep.wait_run("ct_sensor", "rest-sensor") == "success", dep.ti_states("ct_sensor", "rest-sensor")
-    xcom = dep.api("GET", "/dags/ct_sensor/dagRuns/rest-sensor/taskInstances/wait_deferred/xcomEntries/return_value")
-    value = xcom["value"]
-    manifest = value if isinstance(value, dict) else __import__("json").loads(value)
-    assert manifest["totals"]["rows"] == 4 * ROWS and manifest["job_id"].startswith("ct_dynamic_v1__rest-data")
+    for task_id in ("wait_deferred", "wait_poke"):
+        value = dep.api("GET", f"/dags/ct_sensor/dagRuns/rest-sensor/taskInstances/{task_id}/xcomEntries/"
+                               "return_value")["value"]
+        manifest = value if isinstance(value, dict) else json.loads(value)
+        assert manifest["totals"]["rows"] == 4 * ROWS and manifest["job_id"].startswith("ct_dynamic_v1__rest-data")
