@@ -1,7 +1,8 @@
 """The peer: Spark (Hadoop FileOutputCommitter) writing N one-row Parquet files, local[2], file://.
 
-``python -m benchmarks.spark_peer N ALGORITHM RUNS OUT``: prints one ``JOB_COMMIT_MS <ms> TOTAL_S <s>`` line
-per run. The job commit time is Spark's own figure, from the driver's log line
+``python -m benchmarks.spark_peer N ALGORITHM RUNS OUT [FILES_PER_TASK]``: N/FILES_PER_TASK tasks, each writing
+FILES_PER_TASK one-row files (``maxRecordsPerFile=1``), the same shape as our side of the benchmark. Prints one
+``TOTAL_S <s>`` line per run. The job commit time is Spark's own figure, from the driver's log line
 "Write Job <uuid> committed. Elapsed time: <ms> ms" (FileFormatWriter, INFO).
 """
 
@@ -15,6 +16,7 @@ import time
 
 def main() -> None:
     n, algorithm, runs, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    files_per_task = int(sys.argv[5]) if len(sys.argv) > 5 else 1
     from pyspark.sql import SparkSession
 
     spark = (SparkSession.builder.master("local[2]").appName("commit-peer")
@@ -22,8 +24,9 @@ def main() -> None:
              .config("spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version", str(algorithm))
              .config("spark.sql.sources.commitProtocolClass",
                      "org.apache.spark.sql.execution.datasources.SQLHadoopMapReduceCommitProtocol")
+             .config("spark.sql.files.maxRecordsPerFile", "1")
              .getOrCreate())
-    df = spark.range(n).repartition(n)
+    df = spark.range(n).repartition(max(1, n // files_per_task))
     for _ in range(runs):
         shutil.rmtree(out, ignore_errors=True)
         t0 = time.perf_counter()

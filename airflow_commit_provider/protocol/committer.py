@@ -276,7 +276,8 @@ class FileOutputCommitter(OutputCommitter):
     def _visible_files(self, prefix: str = "") -> dict[str, int]:
         """Data files readers would see under *prefix* (names starting with ``_`` or ``.`` excluded)."""
         base = f"{prefix}/" if prefix else ""
-        return {base + rel: size for rel, size in self.store.list_files(prefix) if not is_hidden(base + rel)}
+        return {base + rel: size for rel, size in self.store.list_files(prefix, visible_only=True)
+                if not is_hidden(base + rel)}
 
     # ------------------------------------------------------------------ job setup
     def setup_job(self, *, replace_files: Iterable[str] = (), replace_first: bool = False) -> JobContext:
@@ -387,7 +388,7 @@ class FileOutputCommitter(OutputCommitter):
                                f"{job['job_uuid']}; its files were removed", task=ta.task, attempt=ta.attempt)
         plan = self._plan(job)
         if plan is not None:
-            rec = plan["tasks"].get(str(ta.task))
+            rec = self._task_record(plan["app_attempt"], ta.task) if ta.task in plan["tasks"] else None
             if rec is not None and rec["attempt"] == ta.attempt and rec["app_attempt"] == ta.app_attempt:
                 return rec
             self._discard_attempt(ta)
@@ -446,10 +447,11 @@ class FileOutputCommitter(OutputCommitter):
             if n is None and rel.endswith(".parquet"):
                 n = self._parquet_rows(f"{ta.work_dir}/{rel}")
             files.append({"path": rel, "size": size, "rows": n, "task": ta.task})
-        # v1 renames the attempt directory to the task directory where that is one atomic call; on object stores
-        # (no rename: a move copies every byte) the record alone commits, and job commit copies the data once.
+        # v1 moves the files into the application attempt's _committed directory where a move is a rename (see
+        # layout); on object stores (a move copies every byte) the record alone commits, and job commit copies
+        # the data once.
         data_dir = "" if self.algorithm == 2 else (
-            self.layout.task_dir(ta.app_attempt, ta.task) if self.store.atomic_dir_rename else ta.work_dir)
+            self.layout.committed_dir(ta.app_attempt) if self.store.link_moves else ta.work_dir)
         return {"job_id": self.job_id, "job_uuid": ta.job_uuid, "task": ta.task, "attempt": ta.attempt,
                 "app_attempt": ta.app_attempt, "work_dir": ta.work_dir, "data_dir": data_dir,
                 "recovered_from_app": None, "committed": records.now_iso(), "files": files}
@@ -467,44 +469,41 @@ class FileOutputCommitter(OutputCommitter):
         if rec.get("recovered_from_app") is not None:
             return
         src, data_dir = rec["work_dir"], rec["data_dir"]
-        if self.algorithm == 1:
-            if self.store.atomic_dir_rename:
-                if not self.store.exists(data_dir) and self.store.exists(src):
-                    try:
-                        self.store.rename_dir(src, data_dir)
-                    except (FileNotFoundError, FileExistsError):
-                        if not self.store.exists(data_dir):  # not a concurrent completion of the same rename
-                            raise
-                    inject("commit_task.mid_move")
-            self._require_files(rec, data_dir)
+        if src == data_dir:  # v1 on object stores: the record alone commits
             return
-        # v2: move what is still in the attempt directory (one listing, not one request per file: on S3 a
-        # finished task commit then costs a single LIST to check again)
+        # Move what is still in the attempt directory (one listing, not one request per file: on S3 a finished
+        # task commit then costs a single LIST to check again): v2 to the final names, v1 into _committed.
         remaining = {rel for rel, _ in self.store.list_files(src)}
         for f in rec["files"]:
-            if f["path"] in remaining and self._move_once(f"{src}/{f['path']}", f["path"], f["size"]):
+            if f["path"] not in remaining:
+                continue
+            if self._move_once(f"{src}/{f['path']}", f"{data_dir}/{f['path']}" if data_dir else f["path"],
+                               f["size"], replace=self.algorithm == 2):
                 inject("commit_task.mid_move")
         if remaining:
             self.store.delete_tree(src)
 
-    def _move_once(self, src: str, dst: str, size: int | None = None) -> bool:
+    def _move_once(self, src: str, dst: str, size: int | None = None, replace: bool = True) -> bool:
         """Move *src* to *dst* unless that already happened (earlier run, or a concurrent completer).
 
-        ``True`` when this call moved the file. A file in neither place was deleted outside the protocol.
+        ``True`` when this call moved the file. A file in neither place was deleted outside the protocol. Without
+        *replace*, a *dst* holding another file (another task's file of the same name) is refused.
         """
         try:
-            self.store.move_file(src, dst, size)
+            if replace:
+                self.store.move_file(src, dst, size)
+            else:
+                self.store.move_no_replace(src, dst)
             return True
+        except FileExistsError:
+            raise InvalidOutputSpec(f"job {self.job_id}: {self.store.url(dst)} already holds another task's file of "
+                                    "that name; file names must be unique across tasks (include the task number). "
+                                    f"{self.store.url(src)} stays where it is") from None
         except FileNotFoundError:
             if self.store.exists(dst):
                 return False
             raise CorruptRecord(f"job {self.job_id}: {self.store.url(src)} is gone and {self.store.url(dst)} was "
                                 "never written; the data was deleted outside the protocol") from None
-
-    def _require_files(self, rec: Mapping[str, Any], data_dir: str) -> None:
-        if rec["files"] and not self.store.exists(data_dir):
-            raise CorruptRecord(f"task {rec['task']} is recorded as committed with {len(rec['files'])} file(s) but "
-                                f"{self.store.url(data_dir)} does not exist; the data was deleted outside the protocol")
 
     def abort_task(self, ta: TaskAttemptContext) -> bool:
         """Mark the attempt failed, so it can never commit, and delete its files.
@@ -584,12 +583,30 @@ class FileOutputCommitter(OutputCommitter):
         plan = self._plan(job)
         resumed = plan is not None
         if plan is None:
-            plan = self._make_plan(job, expected_tasks, clock, started)
+            plan, recs = self._make_plan(job, expected_tasks, clock, started)
+        else:
+            recs = self._planned_records(plan)
         inject("commit_job.after_plan")
-        return self._execute(job, plan, clock, resumed)
+        return self._execute(job, plan, recs, clock, resumed)
+
+    def _planned_records(self, plan: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The task records a plan fixed (records in an application attempt are never rewritten)."""
+        recs = []
+        for task in plan["tasks"]:
+            rec = self._task_record(plan["app_attempt"], task)
+            if rec is None:
+                raise CorruptRecord(f"job {self.job_id}: the commit plan names task {task}, whose record "
+                                    f"{self.store.url(self.layout.task_record(plan['app_attempt'], task))} is gone")
+            recs.append(rec)
+        return recs
 
     def _make_plan(self, job: Mapping[str, Any], expected_tasks: int | Iterable[int] | None,
-                   clock: StageClock, started: str) -> dict[str, Any]:
+                   clock: StageClock, started: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Recover and verify every expected task, then fix what the commit does, exclusively, before any move.
+
+        The plan names the tasks (their records stay put: records of an application attempt are never
+        rewritten) and lists the deletions, so it stays small whatever the number of files.
+        """
         app = self.current_app_attempt(job)
         if expected_tasks is None:
             tasks = sorted(self._registered_tasks(job))
@@ -614,8 +631,6 @@ class FileOutputCommitter(OutputCommitter):
             raise JobIncomplete(f"job {self.job_id} cannot commit: {len(missing)} of {len(tasks)} expected task(s) "
                                 f"have no committed attempt: {shown}", missing)
         inject("commit_job.after_recovery")
-        parallel(self._complete_task_commit, list(recs.values()), self.commit_threads)
-        clock.end("recovery")
         dsts: dict[str, int] = {}
         for task in tasks:
             for f in recs[task]["files"]:
@@ -623,6 +638,8 @@ class FileOutputCommitter(OutputCommitter):
                     raise InvalidOutputSpec(f"tasks {dsts[f['path']]} and {task} both wrote {f['path']}; file names "
                                             "must be unique across tasks (include the task number)")
                 dsts[f["path"]] = task
+        parallel(self._complete_task_commit, list(recs.values()), self.commit_threads)
+        clock.end("recovery")
         replaced = set((job.get("replaces") or {}).get("files", []))
         if self.mode == "error":
             self._check_empty(replaced | set(dsts))
@@ -641,18 +658,21 @@ class FileOutputCommitter(OutputCommitter):
         deletions |= replaced & visible
         deletions |= set(job.get("replace_files") or []) & visible  # e.g. the small files a compaction merged
         deletions -= set(dsts)
+        winners = {(r.get("original_app_attempt", r["app_attempt"]), r["task"]): r["attempt"] for r in recs.values()}
+        history = {str(t): h for t, h in self._attempt_history(job, winners).items()
+                   if h["failed_attempts"] or h["denied_attempts"]}
         plan = {"job_id": self.job_id, "job_uuid": job["job_uuid"], "app_attempt": app, "started": started,
-                "tasks": {str(t): recs[t] for t in tasks}, "deletions": sorted(deletions),
-                "attempt_history": {str(t): h for t, h in self._attempt_history(job).items()}}
-        self.store.create_exclusive(self.layout.plan(job["job_uuid"]), records.dumps("commit-plan", plan))
+                "tasks": tasks, "deletions": sorted(deletions), "attempt_history": history}
+        if not self.store.create_exclusive(self.layout.plan(job["job_uuid"]), records.dumps("commit-plan", plan)):
+            # a concurrent job commit fixed its plan first: follow that one
+            stored = self._plan(job)
+            assert stored is not None
+            return stored, self._planned_records(stored)
         clock.end("plan")
-        stored = self._plan(job)
-        assert stored is not None
-        return stored
+        return plan, [recs[t] for t in tasks]
 
-    def _execute(self, job: Mapping[str, Any], plan: Mapping[str, Any], clock: StageClock,
-                 resumed: bool) -> dict[str, Any]:
-        recs = [plan["tasks"][k] for k in sorted(plan["tasks"], key=int)]
+    def _execute(self, job: Mapping[str, Any], plan: Mapping[str, Any], recs: list[dict[str, Any]],
+                 clock: StageClock, resumed: bool) -> dict[str, Any]:
         replace_first = bool(job.get("replace_first"))
         if replace_first:
             self._delete_old(plan["deletions"])
@@ -675,23 +695,30 @@ class FileOutputCommitter(OutputCommitter):
                 "job_uuid", "generation", "app_attempt", "finished", "totals")}]
         elif previous is not None:
             history = previous.get("history", [])
-        self.store.write_bytes(self.layout.commit_log, records.dumps("commit-log", {**manifest, "history": history}))
+        # The file list, the bulk of both documents, is encoded once.
+        file_list = manifest.pop("files")
+        files = records.encode(file_list)
+        self.store.write_bytes(self.layout.commit_log, records.dumps("commit-log", {**manifest, "history": history},
+                                                                     files=files))
         inject("commit_job.after_commit_log")
         if self.mode == "dynamic":
-            self._write_partition_markers(manifest)
+            self._write_partition_markers(manifest, file_list)
         clock.end("commit_log")
-        # The job record goes first: without it (and with the commit log) the generation counts as committed,
-        # whatever a crash leaves of the rest of the tree.
+        costs = clock.summary()
+        manifest["durations"] = costs["durations"]
+        manifest["diagnostics"].update(requests=costs["requests"], bytes_copied=costs["bytes_copied"])
+        self.store.write_bytes(SUCCESS, records.dumps("success", manifest, files=files))
+        inject("commit_job.after_success")
+        # Cleanup only deletes, and only under _temporary: readers never look there, and a crash from here on is
+        # finished from the commit log. The job record goes first: without it (and with the commit log) the
+        # generation counts as committed, whatever a crash leaves of the rest of the tree.
+        cleanup_started = time.monotonic()
         self.store.delete_file(self.layout.job_record)
         self.store.delete_tree(self.layout.job_dir)
         self.store.remove_dir_if_empty(TEMPORARY)
         inject("commit_job.after_cleanup")
-        clock.end("cleanup")
-        costs = clock.summary()
-        manifest["durations"] = costs["durations"]
-        manifest["diagnostics"].update(requests=costs["requests"], bytes_copied=costs["bytes_copied"])
-        self.store.write_bytes(SUCCESS, records.dumps("success", manifest))
-        inject("commit_job.after_success")
+        manifest["durations"]["cleanup_after_success"] = round(time.monotonic() - cleanup_started, 6)
+        manifest["files"] = file_list
         return manifest
 
     def _delete_old(self, deletions: list[str]) -> None:
@@ -713,7 +740,7 @@ class FileOutputCommitter(OutputCommitter):
     def _publish(self, recs: list[dict[str, Any]]) -> None:
         """Make every committed task's files visible at their final names (idempotent, parallel)."""
         if self.algorithm == 2:  # task commit already moved them; check they are all there, as recorded
-            present = dict(self.store.list_files(""))
+            present = dict(self.store.list_files("", visible_only=True))
             wrong = [f["path"] for rec in recs for f in rec["files"] if present.get(f["path"]) != f["size"]]
             if wrong:
                 raise CorruptRecord(f"job {self.job_id}: committed v2 file(s) missing from the output or changed "
@@ -784,9 +811,9 @@ class FileOutputCommitter(OutputCommitter):
                             "warnings": warnings, "pid": os.getpid()},
         }
 
-    def _write_partition_markers(self, manifest: Mapping[str, Any]) -> None:
+    def _write_partition_markers(self, manifest: Mapping[str, Any], file_list: list[dict[str, Any]]) -> None:
         by_part: dict[str, list[dict[str, Any]]] = {}
-        for f in manifest["files"]:
+        for f in file_list:
             by_part.setdefault(partition_of(f["path"]), []).append(f)
         for part, files in by_part.items():
             if not part:
@@ -856,16 +883,22 @@ class FileOutputCommitter(OutputCommitter):
                 "labels": job.get("labels", {}), "aborted": aborted,
                 "tasks": [tasks[t] for t in sorted(tasks)]}
 
-    def _attempt_history(self, job: Mapping[str, Any]) -> dict[int, dict[str, list[str]]]:
-        """Per task, the attempts that failed or were denied (``<app>.<try>``), from the attempt claims."""
-        winners = {}
+    def _attempt_history(self, job: Mapping[str, Any], winners: Mapping[tuple[int, int], int] | None = None
+                         ) -> dict[int, dict[str, list[str]]]:
+        """Per task, the attempts that failed or were denied (``<app>.<try>``), from the attempt claims.
+
+        *winners* maps ``(application attempt, task)`` to the committed attempt when the caller has the records
+        already (job commit); otherwise every record is read.
+        """
         out: dict[int, dict[str, list[str]]] = {}
         apps = self._app_attempts(job)
-        for a in apps:
-            for name in self.store.list_dir(f"{self.layout.app_dir(a)}/_commits"):
-                rec = records.read(self.store, f"{self.layout.app_dir(a)}/_commits/{name}", "task-commit")
-                if rec is not None and rec.get("recovered_from_app") is None:
-                    winners[(a, rec["task"])] = rec["attempt"]
+        if winners is None:
+            winners = {}
+            for a in apps:
+                for name in self.store.list_dir(f"{self.layout.app_dir(a)}/_commits"):
+                    rec = records.read(self.store, f"{self.layout.app_dir(a)}/_commits/{name}", "task-commit")
+                    if rec is not None and rec.get("recovered_from_app") is None:
+                        winners[(a, rec["task"])] = rec["attempt"]
         for a in apps:
             claims = f"{self.layout.app_dir(a)}/_attempts"
             for name in self.store.list_dir(claims):
@@ -974,7 +1007,7 @@ def read_success_marker(path: Any, *, fs: Any = None, storage_options: dict[str,
     if verify_files:
         # A partition's _SUCCESS lists paths from the output root; its own directory is the partition.
         base = manifest.get("partition") or ""
-        sizes = dict(store.list_files(""))
+        sizes = dict(store.list_files("", visible_only=True))
         for f in manifest["files"]:
             rel = f["path"][len(base) + 1:] if base else f["path"]
             if sizes.get(rel) != f["size"]:

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from .committer import FileOutputCommitter
-from .paths import is_hidden, partition_of
+from .paths import partition_of
 from .store import Store
 from .task import TaskOutcome, run_task_attempt
 from .writer import TaskAttemptWriter
@@ -47,7 +47,7 @@ def plan_groups(files: dict[str, int], target_size: int) -> list[list[str]]:
 
 
 def small_parquet_files(store: Store) -> dict[str, int]:
-    return {rel: size for rel, size in store.list_files("") if rel.endswith(".parquet") and not is_hidden(rel)}
+    return {rel: size for rel, size in store.list_files("", visible_only=True) if rel.endswith(".parquet")}
 
 
 def merge_group(writer: TaskAttemptWriter, group: list[str], store: Store) -> None:
@@ -74,7 +74,8 @@ def compact(committer: FileOutputCommitter, attempt: int, target_size: int = 128
     job = committer.job_record()
     assert job is not None
     replace = job["replace_files"]
-    sizes = {rel: size for rel, size in committer.store.list_files("") if rel in set(replace)}
+    wanted = set(replace)
+    sizes = {rel: size for rel, size in committer.store.list_files("", visible_only=True) if rel in wanted}
     groups = plan_groups(sizes, target_size) if ctx.state == "running" else []
     outcomes: list[TaskOutcome] = []
     for task, group in enumerate(groups):

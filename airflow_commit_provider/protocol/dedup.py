@@ -23,7 +23,7 @@ from typing import Any
 
 from . import records
 from .layout import COMMITS, SUCCESS
-from .paths import is_hidden, partition_of
+from .paths import partition_of
 from .store import Store
 
 _HIVE = re.compile(r"^(?P<task>\d{6})_(?P<attempt>\d+)(?:_copy_\d+)?(?P<ext>\..*)?$")
@@ -61,9 +61,7 @@ def find_duplicates(store: Store) -> dict[str, Any]:
     recorded = _recorded_files(store)
     groups: dict[tuple[str, str, int], dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     sizes: dict[str, int] = {}
-    for rel, size in store.list_files(""):
-        if is_hidden(rel):
-            continue
+    for rel, size in store.list_files("", visible_only=True):
         info = _parse(rel.rsplit("/", 1)[-1])
         if info is None:
             continue

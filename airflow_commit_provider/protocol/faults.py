@@ -91,15 +91,18 @@ def disarm() -> None:
 
 
 def inject(point: str) -> None:
-    """Fire the fault armed at *point*, if any. Called by the protocol at every step boundary."""
+    """Fire the fault armed at *point*, if any. Called by the protocol at every step boundary, so once per file
+    moved: the environment is read once per process (and again after :func:`disarm`), not on every call."""
     global _env_loaded
-    spec = os.environ.get(ENV_VAR, "")
-    if not _armed and not spec:
+    if _env_loaded is None:
+        spec = os.environ.get(ENV_VAR, "")
+        with _lock:
+            if spec:
+                _armed.update(_parse(spec))
+            _env_loaded = spec
+    if not _armed:
         return
     with _lock:
-        if spec != (_env_loaded or "") and spec:
-            _armed.update(_parse(spec))
-            _env_loaded = spec
         if point not in _armed:
             return
         action, nth = _armed[point]

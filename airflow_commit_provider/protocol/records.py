@@ -53,10 +53,18 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
-def dumps(kind: str, body: Mapping[str, Any]) -> bytes:
-    """Serialise a record of *kind*, stamping format and version."""
-    doc = {"format": f"{FORMAT}/{kind}", "version": VERSION, **body}
-    return json.dumps(doc, sort_keys=False, separators=(",", ":"), default=str).encode()
+def encode(value: Any) -> bytes:
+    """Compact JSON, as every record is written."""
+    return json.dumps(value, sort_keys=False, separators=(",", ":"), default=str).encode()
+
+
+def dumps(kind: str, body: Mapping[str, Any], **encoded: bytes) -> bytes:
+    """Serialise a record of *kind*, stamping format and version. *encoded* values are already JSON (from
+    :func:`encode`): a long file list that goes into two records is encoded once."""
+    doc = encode({"format": f"{FORMAT}/{kind}", "version": VERSION, **body})
+    if not encoded:
+        return doc
+    return doc[:-1] + b"".join(b',"%s":%s' % (key.encode(), value) for key, value in encoded.items()) + b"}"
 
 
 def loads(kind: str, data: bytes, where: str) -> dict[str, Any]:

@@ -24,13 +24,15 @@ from abc import ABC, abstractmethod
 from typing import IO, Any
 
 from .errors import InvalidOutputSpec, StorageCapabilityError
+from .paths import is_hidden
 
 
 class Store(ABC):
     """Operations under one output root. Subclasses fix atomicity; see the module docstring."""
 
-    #: ``True`` when :meth:`rename_dir` is one atomic call whatever the directory holds (POSIX rename).
-    atomic_dir_rename: bool = False
+    #: ``True`` when :meth:`move_no_replace` exists: a move is one metadata operation that can refuse to replace
+    #: (hard links on a local disk). v1 task commit then stages files next to the other tasks' committed files.
+    link_moves: bool = False
     #: Threads for file moves at job commit when the caller does not choose. Renames into one local directory
     #: serialise on the directory lock, so local stores gain little from threads; object stores gain a lot.
     default_commit_threads: int = 8
@@ -64,8 +66,12 @@ class Store(ABC):
     def makedirs(self, rel: str) -> None: ...
 
     @abstractmethod
-    def list_files(self, rel: str = "") -> list[tuple[str, int]]:
-        """Every file under *rel*, recursively: ``(path relative to rel, size)``. Empty when *rel* is missing."""
+    def list_files(self, rel: str = "", *, visible_only: bool = False) -> list[tuple[str, int]]:
+        """Every file under *rel*, recursively: ``(path relative to rel, size)``. Empty when *rel* is missing.
+
+        With *visible_only*, names with a component starting with ``_`` or ``.`` (what readers skip: the
+        protocol's own records and work directories) are left out; the local disk does not even walk them.
+        """
 
     @abstractmethod
     def list_dir(self, rel: str) -> list[str]:
@@ -101,9 +107,10 @@ class Store(ABC):
     def open_write(self, rel: str) -> IO[bytes]:
         """A binary file object for writing a new data file (parent directories are created)."""
 
-    def rename_dir(self, src: str, dst: str) -> None:
-        """Move the directory *src* to *dst*, which must not exist (only called where ``atomic_dir_rename``)."""
-        raise NotImplementedError(f"{type(self).__name__} has no atomic directory rename")
+    def move_no_replace(self, src: str, dst: str) -> None:
+        """Move a file unless *dst* holds another one (:class:`FileExistsError`); :class:`FileNotFoundError` when
+        *src* is missing. Finishing a move a crash interrupted is not an error. Only where ``link_moves``."""
+        raise NotImplementedError(f"{type(self).__name__} has no move that refuses to replace")
 
     def request_counts(self) -> dict[str, int]:
         """Requests made so far, by operation (object stores count them; others return nothing)."""
@@ -117,9 +124,9 @@ class Store(ABC):
 
 
 class LocalStore(Store):
-    """The local disk through :mod:`os`: atomic directory rename, ``os.link`` for exclusive creation."""
+    """The local disk through :mod:`os`: ``os.link`` for exclusive creation and moves that refuse to replace."""
 
-    atomic_dir_rename = True
+    link_moves = True
     default_commit_threads = 1
     protocol = "file"
 
@@ -127,7 +134,8 @@ class LocalStore(Store):
         self.root = os.path.abspath(os.path.expanduser(root))
 
     def _p(self, rel: str) -> str:
-        return os.path.join(self.root, *rel.split("/")) if rel else self.root
+        # rel is "/"-separated and checked (paths.check_relative); plain concatenation is the hot path of a commit
+        return f"{self.root}/{rel}" if rel else self.root
 
     def url(self, rel: str = "") -> str:
         return "file://" + self._p(rel)
@@ -188,7 +196,7 @@ class LocalStore(Store):
             raise InvalidOutputSpec(f"{self.url(rel)} is a file, not a directory")
         self._makedirs_abs(path)
 
-    def list_files(self, rel: str = "") -> list[tuple[str, int]]:
+    def list_files(self, rel: str = "", *, visible_only: bool = False) -> list[tuple[str, int]]:
         base = self._p(rel)
         out: list[tuple[str, int]] = []
         stack = [("", base)]
@@ -199,6 +207,8 @@ class LocalStore(Store):
             except (FileNotFoundError, NotADirectoryError):
                 continue
             for entry in entries:
+                if visible_only and entry.name.startswith(("_", ".")):
+                    continue
                 name = f"{prefix}{entry.name}"
                 if entry.is_dir(follow_symlinks=False):
                     stack.append((name + "/", entry.path))
@@ -225,12 +235,28 @@ class LocalStore(Store):
             self._makedirs_abs(os.path.dirname(dst_path))
             os.replace(self._p(src), dst_path)
 
-    def rename_dir(self, src: str, dst: str) -> None:
-        dst_path = self._p(dst)
-        if os.path.lexists(dst_path):
-            raise FileExistsError(f"{self.url(dst)} exists; refusing to rename {self.url(src)} onto it")
-        self._makedirs_abs(os.path.dirname(dst_path))
-        os.rename(self._p(src), dst_path)
+    def move_no_replace(self, src: str, dst: str) -> None:
+        # link + unlink: the link fails if dst exists (rename would silently replace it). A crash between the two
+        # leaves both names on one inode, which the next call recognises and finishes.
+        src_path, dst_path = self._p(src), self._p(dst)
+        try:
+            try:
+                os.link(src_path, dst_path)
+            except FileNotFoundError:
+                if not os.path.lexists(src_path):
+                    raise
+                self._makedirs_abs(os.path.dirname(dst_path))
+                os.link(src_path, dst_path)
+        except FileExistsError:
+            try:
+                same = os.path.samefile(src_path, dst_path)
+            except FileNotFoundError:  # a concurrent completer finished this very move
+                return
+            if not same:
+                raise FileExistsError(f"{self.url(dst)} exists; refusing to replace it with {self.url(src)}") \
+                    from None
+        with contextlib.suppress(FileNotFoundError):  # idem
+            os.unlink(src_path)
 
     def delete_file(self, rel: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -307,7 +333,7 @@ class FsspecStore(Store):
             raise InvalidOutputSpec(f"{self.url(rel)} is a file, not a directory")
         self.fs.makedirs(path, exist_ok=True)
 
-    def list_files(self, rel: str = "") -> list[tuple[str, int]]:
+    def list_files(self, rel: str = "", *, visible_only: bool = False) -> list[tuple[str, int]]:
         base = self._p(rel)
         try:
             found = self.fs.find(base, detail=True, withdirs=False)
@@ -316,7 +342,7 @@ class FsspecStore(Store):
         prefix = base.rstrip("/") + "/"
         out = []
         for path, info in found.items():
-            if path.startswith(prefix):
+            if path.startswith(prefix) and not (visible_only and is_hidden(path[len(prefix):])):
                 out.append((path[len(prefix):], int(info.get("size") or 0)))
         return out
 

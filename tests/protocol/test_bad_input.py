@@ -175,3 +175,32 @@ def test_unknown_fault_point_is_refused():
 
     with pytest.raises(ValueError, match="unknown fault injection point"):
         faults.arm("no.such.point")
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_two_tasks_writing_one_file_name_is_refused_and_nothing_is_lost(target, algorithm):
+    """File names must be unique across tasks. v1 stages committed files side by side, with moves that refuse to
+    replace, so the second task's file is refused instead of silently replacing the first's; job commit then
+    names both tasks. v2's task commit makes files visible at once; job commit still refuses the job."""
+    c = FileOutputCommitter(target, "job", algorithm=algorithm, mode="append")
+    c.setup_job()
+
+    def produce(task):
+        def write(w):
+            with w.open_file("same.txt") as fh:
+                fh.write(f"task {task}".encode())
+        return write
+
+    run_task_attempt(c, 0, 1, produce(0))
+    if algorithm == 1:
+        with pytest.raises(InvalidOutputSpec, match="already holds another task's file of that name"):
+            run_task_attempt(c, 1, 1, produce(1))
+    else:
+        run_task_attempt(c, 1, 1, produce(1))
+    with pytest.raises(InvalidOutputSpec, match="tasks 0 and 1 both wrote same.txt"):
+        c.commit_job(2)
+    if algorithm == 1:  # both tasks' bytes are still on storage, the first staged, the second in its attempt
+        staged = os.path.join(target, "_temporary", "job", "0", "_committed", "same.txt")
+        attempt = os.path.join(target, "_temporary", "job", "0", "_temporary", "attempt_00001_1", "same.txt")
+        assert open(staged, "rb").read() == b"task 0" and open(attempt, "rb").read() == b"task 1"
+    assert not os.path.exists(os.path.join(target, "_SUCCESS"))

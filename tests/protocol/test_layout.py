@@ -1,4 +1,5 @@
-"""During a v1 job the directories are Hadoop's, scoped per job; nothing is visible before job commit."""
+"""During a v1 job the directories are Hadoop's, scoped per job, except that committed tasks' files share one
+``_committed`` directory per application attempt (see layout.py); nothing is visible before job commit."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def tree(root: str) -> list[str]:
     return sorted(out)
 
 
-def test_v1_layout_is_hadoops_scoped_per_job(tmp_path):
+def test_v1_layout_is_scoped_per_job(tmp_path):
     root = str(tmp_path / "out")
     c = FileOutputCommitter(root, "daily-2024-01-01", algorithm=1, mode="append", partition_by=["day"])
     job = c.setup_job()
@@ -32,15 +33,15 @@ def test_v1_layout_is_hadoops_scoped_per_job(tmp_path):
 
     c.commit_task(ta, w.rows)
     entries = tree(root)
-    assert f"_temporary/daily-2024-01-01/0/task_00003/day=d0/{name}" in entries
+    assert f"_temporary/daily-2024-01-01/0/_committed/day=d0/{name}" in entries
     assert "_temporary/daily-2024-01-01/0/_commits/task_00003.json" in entries
-    assert not any("attempt_00003_2/" in e for e in entries), "task commit renames the attempt directory"
+    assert not any("_temporary/attempt_00003_2" in e for e in entries), "task commit empties and removes the attempt directory"
     assert sc.visible_files(root) == [], "I2: nothing visible before job commit"
 
     # a second application attempt (a cleared DAG run) recovers the task without moving its data
     assert c.setup_job().app_attempt == 1
     rec = c.recover_task(3)
-    assert rec["recovered_from_app"] == 0 and rec["data_dir"] == "_temporary/daily-2024-01-01/0/task_00003"
+    assert rec["recovered_from_app"] == 0 and rec["data_dir"] == "_temporary/daily-2024-01-01/0/_committed"
     assert "_temporary/daily-2024-01-01/1/_commits/task_00003.json" in tree(root)
 
     c.commit_job([3])
@@ -63,7 +64,7 @@ def test_two_jobs_keep_separate_temporary_dirs(tmp_path):
             w.write(sc.task_table(0, 1))
         c.commit_task(t, w.rows)
     a.commit_job(1)  # cleanup of job a must leave job b's work alone
-    assert os.path.isdir(os.path.join(root, "_temporary", "job-b", "0", "task_00000"))
+    assert os.listdir(os.path.join(root, "_temporary", "job-b", "0", "_committed"))
     b.commit_job(1)
     assert len(sc.read_rows(root)) == 2 * sc.ROWS
     assert not os.path.exists(os.path.join(root, "_temporary"))
