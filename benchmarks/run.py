@@ -5,10 +5,12 @@ Prints a table (median, min, max of several runs; ratios from the same run) and 
 - local: job commit time for N small Parquet files, ours v1 and v2, against the floor (a plain loop of
   ``os.rename`` over the same number of files between two directories);
 - spark: the peer, Hadoop's FileOutputCommitter v1 and v2 through pyspark local[2] (``pip install pyspark``,
-  Java 17), its job commit time taken from the driver's "Write Job ... committed. Elapsed time" line;
+  Java 17), its job commit time taken from the driver's "Write Job ... committed. Elapsed time" line; the same
+  shape as ours (N/10 tasks of 10 one-row files, ``maxRecordsPerFile=1``);
 - s3: moto's server on 127.0.0.1, N files: job commit time, requests per file and bytes copied at job commit,
   v1 / v2 / magic;
-- airflow: dag.test() wall time of 8 mapped Parquet writes, plain PythonOperator versus the commit stage;
+- airflow: dag.test() wall time of 8 mapped Parquet writes, plain PythonOperator versus the commit stage, at
+  50,000 and 2,000,000 rows per task;
 - ui: building the commit-status page (storage reads + HTML) of a job with 1,000 tasks, running and committed;
 - memory: job commit of 100,000 files in a fresh process: time and peak RSS.
 """
@@ -35,9 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from airflow_commit_provider.protocol import TaskAttemptWriter, make_committer  # noqa: E402
 
 ONE_ROW = pa.table({"x": pa.array([1], pa.int64())})
+#: Both sides of the local comparison write N files as N/10 tasks of 10 one-row files each.
+FILES_PER_TASK = 10
 
 
-def prepare_job(root: str, n_files: int, algorithm: Any, files_per_task: int = 10, **kw: Any) -> Any:
+def prepare_job(root: str, n_files: int, algorithm: Any, files_per_task: int = FILES_PER_TASK, **kw: Any) -> Any:
     """Set up a job whose tasks committed *n_files* one-row Parquet files in all."""
     c = make_committer(root, "bench", algorithm=algorithm, mode="append", **kw)
     c.setup_job()
@@ -117,8 +121,8 @@ def bench_spark(sizes: list[int], runs: int) -> list[dict[str, Any]]:
         for alg in (1, 2):
             base = tempfile.mkdtemp(prefix="bench-spark-")
             try:
-                proc = subprocess.run([sys.executable, "-m", "benchmarks.spark_peer", str(n), str(alg),
-                                       str(runs if n <= 1000 else 1), os.path.join(base, "out")],
+                proc = subprocess.run([sys.executable, "-m", "benchmarks.spark_peer", str(n), str(alg), str(runs),
+                                       os.path.join(base, "out"), str(FILES_PER_TASK)],
                                       env=env, capture_output=True, text=True, cwd=here.parent)
             finally:
                 shutil.rmtree(base, ignore_errors=True)
@@ -226,8 +230,10 @@ def bench_ui(tasks: int, runs: int) -> list[dict[str, Any]]:
     return out
 
 
-def bench_airflow(runs: int) -> list[dict[str, Any]]:
-    """dag.test() wall time of the same writes, plain versus through the commit stage (fresh processes)."""
+def bench_airflow(runs: int, sizes: list[int]) -> list[dict[str, Any]]:
+    """dag.test() wall time of the same writes, plain versus through the commit stage (fresh processes), for shards
+    of each size in *sizes* (rows): the wrapping costs a fixed number of task instances, so its share shrinks as
+    the tasks do more work."""
     base = Path(tempfile.mkdtemp(prefix="bench-af-"))
     home = base / "home"
     env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(Path(__file__).parent / "dags"),
@@ -237,20 +243,24 @@ def bench_airflow(runs: int) -> list[dict[str, Any]]:
                    capture_output=True)
     code = ("import sys, time; sys.path.insert(0, sys.argv[2]); import bench_overhead as m; d = getattr(m, sys.argv[1]);"
             "d.test(); t0 = time.perf_counter(); dr = d.test(); print('WALL', time.perf_counter() - t0, dr.state)")
-    times: dict[str, list[float]] = {"bench_plain": [], "bench_commit": []}
+    out = []
     try:
-        for _ in range(runs):
-            for dag in times:  # interleaved, so drift hits both alike
-                out = subprocess.run([sys.executable, "-c", code, dag, env["AIRFLOW__CORE__DAGS_FOLDER"]], env=env,
-                                     capture_output=True, text=True, check=True).stdout
-                line = next(l for l in out.splitlines() if l.startswith("WALL"))
-                assert line.endswith("success"), line
-                times[dag].append(float(line.split()[1]))
+        for rows in sizes:
+            times: dict[str, list[float]] = {"bench_plain": [], "bench_commit": []}
+            for _ in range(runs):
+                for dag in times:  # interleaved, so drift hits both alike
+                    proc = subprocess.run([sys.executable, "-c", code, dag, env["AIRFLOW__CORE__DAGS_FOLDER"]],
+                                          env={**env, "BENCH_ROWS": str(rows)}, capture_output=True, text=True,
+                                          check=True)
+                    line = next(x for x in proc.stdout.splitlines() if x.startswith("WALL"))
+                    assert line.endswith("success"), line
+                    times[dag].append(float(line.split()[1]))
+            plain = statistics.median(times["bench_plain"])
+            out += [{"bench": f"airflow dag.test wall, 8 tasks x {rows:,} rows", "n": 8, "committer": name,
+                     **stats(v), "x_plain": statistics.median(v) / plain} for name, v in times.items()]
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    plain = statistics.median(times["bench_plain"])
-    return [{"bench": "airflow dag.test wall (2nd run in process)", "n": 8, "committer": name, **stats(v),
-             "x_plain": statistics.median(v) / plain} for name, v in times.items()]
+    return out
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
@@ -283,7 +293,7 @@ def main() -> None:
     if "s3" in only:
         rows += bench_s3(100 if args.quick else 1000, 1 if args.quick else 3)
     if "airflow" in only:
-        rows += bench_airflow(1 if args.quick else 5)
+        rows += bench_airflow(1 if args.quick else 5, [50_000] if args.quick else [50_000, 2_000_000])
     if "ui" in only:
         rows += bench_ui(1000, 1 if args.quick else 5)
     if "memory" in only:

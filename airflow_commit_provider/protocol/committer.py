@@ -7,12 +7,13 @@ A Hadoop user should find the operations where they expect them:
 ``setup_task(t, a)``       work directory of task attempt *a* of task *t*
 ``needs_task_commit(ta)``  ``False`` only when this attempt has already committed
 ``commit_task(ta)``        the commit decision (exclusive creation of the task commit record), then
-                           its effect: v1 renames the attempt directory to the committed task
-                           directory, v2 moves the files into the output
+                           its effect: v1 moves the files into the application attempt's
+                           ``_committed`` directory (local disk), v2 into the output
 ``abort_task(ta)``         marks the attempt failed (it can never commit later) and deletes its files
 ``recover_task(t)``        adopts a task committed in an earlier application attempt, no data rewritten
-``commit_job(tasks)``      verifies completeness, fixes a plan, moves in parallel, replaces old data,
-                           writes the commit log, cleans up, writes ``_SUCCESS`` last; resumable
+``commit_job(tasks)``      verifies completeness, fixes a plan, moves (in parallel on object stores),
+                           replaces old data, writes the commit log and ``_SUCCESS`` (the last write),
+                           then deletes ``_temporary/<job>``; resumable
 ``abort_job()``            removes this job's work (and, for v2, its already visible files)
 =========================  ==========================================================================
 
@@ -341,8 +342,8 @@ class FileOutputCommitter(OutputCommitter):
             raise CommitProtocolError(f"job record {self.store.url(self.layout.job_record)} vanished")
         return job
 
-    def _check_empty(self, own_files: set[str]) -> None:
-        others = sorted(set(self._visible_files()) - own_files)
+    def _check_empty(self, own_files: set[str], visible: set[str] | None = None) -> None:
+        others = sorted((set(self._visible_files()) if visible is None else visible) - own_files)
         if others:
             shown = ", ".join(others[:5]) + (" ..." if len(others) > 5 else "")
             raise InvalidOutputSpec(
@@ -641,9 +642,13 @@ class FileOutputCommitter(OutputCommitter):
         parallel(self._complete_task_commit, list(recs.values()), self.commit_threads)
         clock.end("recovery")
         replaced = set((job.get("replaces") or {}).get("files", []))
+        replace_files = set(job.get("replace_files") or [])  # e.g. the small files a compaction merged
+        # The output is listed only when something depends on it: v2 in append mode, say, has its own files there
+        # already and nothing to check or delete.
+        listing_needed = self.mode != "append" or self.algorithm == 1 or bool(replaced or replace_files)
+        visible = set(self._visible_files()) if listing_needed else set()
         if self.mode == "error":
-            self._check_empty(replaced | set(dsts))
-        visible = set(self._visible_files())
+            self._check_empty(replaced | set(dsts), visible)
         deletions: set[str] = set()
         if self.mode == "overwrite":
             deletions = set(visible)
@@ -655,8 +660,7 @@ class FileOutputCommitter(OutputCommitter):
             if clobbered:
                 raise InvalidOutputSpec(f"{self.mode} would replace existing file(s) {clobbered[:5]} in "
                                         f"{self.store.url()}; nothing was changed")
-        deletions |= replaced & visible
-        deletions |= set(job.get("replace_files") or []) & visible  # e.g. the small files a compaction merged
+        deletions |= (replaced | replace_files) & visible
         deletions -= set(dsts)
         winners = {(r.get("original_app_attempt", r["app_attempt"]), r["task"]): r["attempt"] for r in recs.values()}
         history = {str(t): h for t, h in self._attempt_history(job, winners).items()
@@ -739,12 +743,10 @@ class FileOutputCommitter(OutputCommitter):
 
     def _publish(self, recs: list[dict[str, Any]]) -> None:
         """Make every committed task's files visible at their final names (idempotent, parallel)."""
-        if self.algorithm == 2:  # task commit already moved them; check they are all there, as recorded
-            present = dict(self.store.list_files("", visible_only=True))
-            wrong = [f["path"] for rec in recs for f in rec["files"] if present.get(f["path"]) != f["size"]]
-            if wrong:
-                raise CorruptRecord(f"job {self.job_id}: committed v2 file(s) missing from the output or changed "
-                                    f"since their task commit: {wrong[:5]}")
+        if self.algorithm == 2:  # task commit already moved them; check they are all there
+            missing = self.store.missing([f["path"] for rec in recs for f in rec["files"]])
+            if missing:
+                raise CorruptRecord(f"job {self.job_id}: committed v2 file(s) missing from the output: {missing[:5]}")
             return
         moves = [(f"{rec['data_dir']}/{f['path']}", f["path"], f["size"]) for rec in recs for f in rec["files"]]
         for d in sorted({partition_of(dst) for _, dst, _ in moves} - {""}):

@@ -77,6 +77,18 @@ class Store(ABC):
     def list_dir(self, rel: str) -> list[str]:
         """Names of the direct children of *rel* (files and directories). Empty when *rel* is missing."""
 
+    def missing(self, rels: list[str]) -> list[str]:
+        """Those of *rels* that do not exist: one listing per directory involved, not one request per file."""
+        by_dir: dict[str, list[str]] = {}
+        for rel in rels:
+            head, _, name = rel.rpartition("/")
+            by_dir.setdefault(head, []).append(name)
+        out = []
+        for head, names in by_dir.items():
+            present = set(self.list_dir(head))
+            out += [f"{head}/{n}" if head else n for n in names if n not in present]
+        return out
+
     @abstractmethod
     def move_file(self, src: str, dst: str, size: int | None = None) -> None:
         """Move one file, replacing *dst*; :class:`FileNotFoundError` when *src* is missing. *size*, when known,
