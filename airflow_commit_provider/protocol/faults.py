@@ -2,7 +2,7 @@
 
 Production code calls :func:`inject` at each step boundary; it costs one dict lookup when nothing is armed.
 Faults are armed either in-process with :func:`arm` or, for real worker processes, through the environment
-variable ``COMMIT_PROVIDER_FAULTS``: a comma-separated list of ``point=action`` or ``point=action@n`` entries,
+variable ``COMMIT_PROVIDER_FAULTS`` (read when the process first reaches a point): a comma-separated list of ``point=action`` or ``point=action@n`` entries,
 where *action* is
 
 - ``exit``: ``os._exit(FAULT_EXIT_CODE)``, a process dying without cleanup (no ``finally``, no atexit);
@@ -44,8 +44,8 @@ POINTS: tuple[str, ...] = (
     "commit_job.mid_delete",
     "commit_job.after_deletes",
     "commit_job.after_commit_log",
-    "commit_job.after_cleanup",
     "commit_job.after_success",
+    "commit_job.after_cleanup",
     "abort_job.mid_delete",
     "abort_job.after_delete",
 )
