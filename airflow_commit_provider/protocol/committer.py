@@ -274,11 +274,9 @@ class FileOutputCommitter(OutputCommitter):
     def _task_record(self, app: int, task: int) -> dict[str, Any] | None:
         return records.read(self.store, self.layout.task_record(app, task), "task-commit")
 
-    def _visible_files(self, prefix: str = "") -> dict[str, int]:
-        """Data files readers would see under *prefix* (names starting with ``_`` or ``.`` excluded)."""
-        base = f"{prefix}/" if prefix else ""
-        return {base + rel: size for rel, size in self.store.list_files(prefix, visible_only=True)
-                if not is_hidden(base + rel)}
+    def _visible_files(self) -> set[str]:
+        """Data files readers would see (names starting with ``_`` or ``.`` excluded)."""
+        return {rel for rel, _ in self.store.list_files("", visible_only=True)}
 
     # ------------------------------------------------------------------ job setup
     def setup_job(self, *, replace_files: Iterable[str] = (), replace_first: bool = False) -> JobContext:
@@ -343,7 +341,7 @@ class FileOutputCommitter(OutputCommitter):
         return job
 
     def _check_empty(self, own_files: set[str], visible: set[str] | None = None) -> None:
-        others = sorted((set(self._visible_files()) if visible is None else visible) - own_files)
+        others = sorted((self._visible_files() if visible is None else visible) - own_files)
         if others:
             shown = ", ".join(others[:5]) + (" ..." if len(others) > 5 else "")
             raise InvalidOutputSpec(
@@ -646,7 +644,7 @@ class FileOutputCommitter(OutputCommitter):
         # The output is listed only when something depends on it: v2 in append mode, say, has its own files there
         # already and nothing to check or delete.
         listing_needed = self.mode != "append" or self.algorithm == 1 or bool(replaced or replace_files)
-        visible = set(self._visible_files()) if listing_needed else set()
+        visible = self._visible_files() if listing_needed else set()
         if self.mode == "error":
             self._check_empty(replaced | set(dsts), visible)
         deletions: set[str] = set()

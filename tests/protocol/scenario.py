@@ -186,3 +186,16 @@ if __name__ == "__main__":
               "retry": lambda: phase_retry(config, config.get("attempt", 21)),
               "abort": lambda: phase_abort(config)}[phase]()
     print(json.dumps({"ok": True}))
+
+
+def crash_after_plan(committer: Any, expected_tasks: int = 1) -> None:
+    """A job commit that dies (in-process) right after fixing its plan: the job is then committing and only rolls
+    forward."""
+    import pytest
+
+    from airflow_commit_provider.protocol import faults
+
+    faults.arm("commit_job.after_plan", "raise")
+    with pytest.raises(faults.InjectedFault):
+        committer.commit_job(expected_tasks)
+    faults.disarm()

@@ -232,15 +232,11 @@ def test_config_mismatch_is_refused(root):
 
 
 def test_abort_job_refuses_once_commit_started(root):
-    from airflow_commit_provider.protocol import faults
 
     c = make(root, mode="overwrite")
     c.setup_job()
     run_task_attempt(c, 0, 1, produce(0, 1))
-    faults.arm("commit_job.after_plan", "raise")
-    with pytest.raises(faults.InjectedFault):
-        c.commit_job(1)
-    faults.disarm()
+    sc.crash_after_plan(c)
     assert c.abort_job()["state"] == "committing"
     c.commit_job(1)
     assert len(sc.read_rows(root)) == sc.ROWS
@@ -331,7 +327,6 @@ def test_soft_abort_keeps_committed_tasks_for_recovery(root, algorithm):
 
 def test_status_follows_the_job_through_its_states(root):
     """What the UI shows: running, failed (soft abort), committing (plan fixed), committed, with attempts."""
-    from airflow_commit_provider.protocol import faults
 
     c = make(root)
     assert c.status()["state"] == "absent"
@@ -354,10 +349,7 @@ def test_status_follows_the_job_through_its_states(root):
     assert c.abort_job(keep_committed=True)["kept_committed_tasks"] == [0]
     assert c.status()["state"] == "failed"
     c.setup_job()
-    faults.arm("commit_job.after_plan", "raise")
-    with pytest.raises(faults.InjectedFault):
-        c.commit_job(1)
-    faults.disarm()
+    sc.crash_after_plan(c)
     assert c.status()["state"] == "committing"
     c.commit_job(1)
     done = c.status()
