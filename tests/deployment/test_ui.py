@@ -61,11 +61,9 @@ def _chromium() -> str:
             if subprocess.run(cmd, capture_output=True, env=env).returncode == 0 and cmd[1] == "install":
                 break
         path = shutil.which("chromium")
-    if path is None:
-        reason = "Debian's chromium is not installed and could not be installed (apt-get unavailable or refused)"
-        if os.environ.get("CI"):
-            pytest.fail(reason + "; CI must run the browser test")
-        pytest.skip(reason)
+    if path is None:  # a skipped browser test proves nothing: without a browser the suite fails
+        pytest.fail("Debian's chromium is not installed and could not be installed (apt-get unavailable or "
+                    "refused); the browser test needs it: install chromium, or run as root with apt-get")
     return path
 
 
