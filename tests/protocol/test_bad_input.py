@@ -131,12 +131,17 @@ def test_corrupt_success_marker(tmp_path, content, message):
         read_success_marker(str(tmp_path))
 
 
-def test_success_marker_with_wrong_totals_or_missing_file(tmp_path):
-    root = str(tmp_path / "out")
+def one_committed_task(root: str) -> FileOutputCommitter:
+    """A job on *root* whose task 0 committed (job not committed yet)."""
     c = FileOutputCommitter(root, "job", mode="append")
     c.setup_job()
     run_task_attempt(c, 0, 1, lambda w: w.write(sc.task_table(0, 1)))
-    c.commit_job(1)
+    return c
+
+
+def test_success_marker_with_wrong_totals_or_missing_file(tmp_path):
+    root = str(tmp_path / "out")
+    one_committed_task(root).commit_job(1)
     doc = json.loads((tmp_path / "out" / "_SUCCESS").read_bytes())
     os.remove(os.path.join(root, doc["files"][0]["path"]))
     with pytest.raises(CorruptRecord, match="no such file"):
@@ -151,9 +156,7 @@ def test_success_marker_with_wrong_totals_or_missing_file(tmp_path):
 
 def test_corrupt_task_record_stops_job_commit(tmp_path):
     root = str(tmp_path / "out")
-    c = FileOutputCommitter(root, "job", mode="append")
-    c.setup_job()
-    run_task_attempt(c, 0, 1, lambda w: w.write(sc.task_table(0, 1)))
+    c = one_committed_task(root)
     record = os.path.join(root, "_temporary", "job", "0", "_commits", "task_00000.json")
     with open(record, "r+b") as fh:
         fh.truncate(40)
@@ -204,3 +207,24 @@ def test_two_tasks_writing_one_file_name_is_refused_and_nothing_is_lost(target, 
         attempt = os.path.join(target, "_temporary", "job", "0", "_temporary", "attempt_00001_1", "same.txt")
         assert open(staged, "rb").read() == b"task 0" and open(attempt, "rb").read() == b"task 1"
     assert not os.path.exists(os.path.join(target, "_SUCCESS"))
+
+
+def test_v2_file_deleted_outside_the_protocol_stops_job_commit(tmp_path):
+    root = str(tmp_path / "out")
+    c = FileOutputCommitter(root, "job", algorithm=2, mode="append")
+    c.setup_job()
+    outcome = run_task_attempt(c, 0, 1, lambda w: w.write(sc.task_table(0, 1)))
+    os.remove(os.path.join(root, outcome.record["files"][0]["path"]))
+    with pytest.raises(CorruptRecord, match="committed v2 file.* missing from the output"):
+        c.commit_job(1)
+    assert not os.path.exists(os.path.join(root, "_SUCCESS"))
+
+
+def test_plan_whose_task_record_was_deleted_stops_the_resumed_commit(tmp_path):
+    root = str(tmp_path / "out")
+    c = one_committed_task(root)
+    sc.crash_after_plan(c)
+    os.remove(os.path.join(root, "_temporary", "job", "0", "_commits", "task_00000.json"))
+    with pytest.raises(CorruptRecord, match="the commit plan names task 0, whose record .* is gone"):
+        c.commit_job(1)
+    assert sc.read_rows(root) == [] and not os.path.exists(os.path.join(root, "_SUCCESS"))
