@@ -3,7 +3,8 @@
 Prints a table (median, min, max of several runs; ratios from the same run) and writes JSON.
 
 - local: job commit time for N small Parquet files, ours v1 and v2, against the floor (a plain loop of
-  ``os.rename`` over the same number of files between two directories);
+  ``os.rename`` over the same number of files between two directories); and N=10,000 files spread over 10
+  partitions the output does not have yet (a daily partitioned write), where v1 renames whole directories;
 - spark: the peer, Hadoop's FileOutputCommitter v1 and v2 through pyspark local[2] (``pip install pyspark``,
   Java 17), its job commit time taken from the driver's "Write Job ... committed. Elapsed time" line; the same
   shape as ours (N/10 tasks of 10 one-row files, ``maxRecordsPerFile=1``);
@@ -39,18 +40,22 @@ from airflow_commit_provider.protocol import TaskAttemptWriter, make_committer  
 ONE_ROW = pa.table({"x": pa.array([1], pa.int64())})
 #: Both sides of the local comparison write N files as N/10 tasks of 10 one-row files each.
 FILES_PER_TASK = 10
+#: The partitioned variant: every task writes one file into each of this many partitions the output lacks.
+PARTITIONS = 10
 
 
-def prepare_job(root: str, n_files: int, algorithm: Any, files_per_task: int = FILES_PER_TASK, **kw: Any) -> Any:
-    """Set up a job whose tasks committed *n_files* one-row Parquet files in all."""
+def prepare_job(root: str, n_files: int, algorithm: Any, files_per_task: int = FILES_PER_TASK, partitions: int = 0,
+                **kw: Any) -> Any:
+    """Set up a job whose tasks committed *n_files* one-row Parquet files in all; with *partitions*, file i of a
+    task goes to partition ``p=<i % partitions>`` (none of which the output has yet)."""
     c = make_committer(root, "bench", algorithm=algorithm, mode="append", **kw)
     c.setup_job()
     tasks = max(1, n_files // files_per_task)
     for t in range(tasks):
         ta = c.setup_task(t, 1)
         with TaskAttemptWriter(c, ta, compression="none") as w:
-            for _ in range(n_files // tasks):
-                with w.open_file(extension="parquet") as fh:
+            for i in range(n_files // tasks):
+                with w.open_file(extension="parquet", partition={"p": i % partitions} if partitions else None) as fh:
                     fh.write(_PARQUET_BYTES)
         c.commit_task(ta, w.rows)
     return c, tasks
@@ -86,8 +91,9 @@ def stats(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": len(values)}
 
 
-def bench_local(sizes: list[int], runs: int) -> list[dict[str, Any]]:
+def bench_local(sizes: list[int], runs: int, partitions: int = 0) -> list[dict[str, Any]]:
     out = []
+    bench = f"local job commit, {partitions} new partitions" if partitions else "local job commit"
     for n in sizes:
         results: dict[str, list[float]] = {"floor os.rename": [], "ours v1": [], "ours v2": []}
         for _ in range(runs):
@@ -95,7 +101,7 @@ def bench_local(sizes: list[int], runs: int) -> list[dict[str, Any]]:
             try:
                 results["floor os.rename"].append(rename_floor(os.path.join(base, "floor"), n))
                 for alg in (1, 2):
-                    c, _ = prepare_job(os.path.join(base, f"v{alg}"), n, alg)
+                    c, _ = prepare_job(os.path.join(base, f"v{alg}"), n, alg, partitions=partitions)
                     t0 = time.perf_counter()
                     c.commit_job(None)
                     results[f"ours v{alg}"].append(time.perf_counter() - t0)
@@ -104,12 +110,12 @@ def bench_local(sizes: list[int], runs: int) -> list[dict[str, Any]]:
         floor = statistics.median(results["floor os.rename"])
         for name, values in results.items():
             s = stats(values)
-            out.append({"bench": "local job commit", "n": n, "committer": name, **s,
+            out.append({"bench": bench, "n": n, "committer": name, **s,
                         "ms_per_file": 1000 * s["median"] / n, "x_floor": s["median"] / floor})
     return out
 
 
-def bench_spark(sizes: list[int], runs: int) -> list[dict[str, Any]]:
+def bench_spark(sizes: list[int], runs: int, partitions: int = 0) -> list[dict[str, Any]]:
     """Hadoop's FileOutputCommitter v1/v2 through Spark 4 local[2]: Spark's own job-commit figure per run."""
     from benchmarks.spark_peer import parse
 
@@ -122,7 +128,7 @@ def bench_spark(sizes: list[int], runs: int) -> list[dict[str, Any]]:
             base = tempfile.mkdtemp(prefix="bench-spark-")
             try:
                 proc = subprocess.run([sys.executable, "-m", "benchmarks.spark_peer", str(n), str(alg), str(runs),
-                                       os.path.join(base, "out"), str(FILES_PER_TASK)],
+                                       os.path.join(base, "out"), str(FILES_PER_TASK), str(partitions)],
                                       env=env, capture_output=True, text=True, cwd=here.parent)
             finally:
                 shutil.rmtree(base, ignore_errors=True)
@@ -130,7 +136,8 @@ def bench_spark(sizes: list[int], runs: int) -> list[dict[str, Any]]:
             if not results:
                 raise RuntimeError(f"Spark peer produced no timing (rc={proc.returncode}): {proc.stderr[-500:]}")
             s = stats([ms / 1000 for ms, _ in results])
-            out.append({"bench": "local job commit", "n": n, "committer": f"Hadoop v{alg} (Spark 4.3)", **s,
+            out.append({"bench": f"local job commit, {partitions} new partitions" if partitions else
+                        "local job commit", "n": n, "committer": f"Hadoop v{alg} (Spark 4.3)", **s,
                         "ms_per_file": 1000 * s["median"] / n,
                         "spark_write_total_s": statistics.median(t for _, t in results)})
     return out
@@ -139,7 +146,7 @@ def bench_spark(sizes: list[int], runs: int) -> list[dict[str, Any]]:
 def relate(rows: list[dict[str, Any]]) -> None:
     """Ours against Hadoop and the floor at the same N, from the same run."""
     for row in rows:
-        if row["bench"] != "local job commit":
+        if not row["bench"].startswith("local job commit"):
             continue
         same = {r["committer"]: r["median"] for r in rows if r["bench"] == row["bench"] and r["n"] == row["n"]}
         if "floor os.rename" in same:
@@ -287,8 +294,10 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     if "local" in only:
         rows += bench_local([100, 1000] if args.quick else [100, 1000, 10000], runs)
+        rows += bench_local([1000] if args.quick else [10000], runs, partitions=PARTITIONS)
     if "spark" in only:
         rows += bench_spark([100, 1000] if args.quick else [100, 1000, 10000], 1 if args.quick else 3)
+        rows += bench_spark([1000] if args.quick else [10000], 1 if args.quick else 3, partitions=PARTITIONS)
     relate(rows)
     if "s3" in only:
         rows += bench_s3(100 if args.quick else 1000, 1 if args.quick else 3)

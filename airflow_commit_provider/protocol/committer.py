@@ -678,7 +678,7 @@ class FileOutputCommitter(OutputCommitter):
         replace_first = bool(job.get("replace_first"))
         if replace_first:
             self._delete_old(plan["deletions"])
-        self._publish(recs)
+        directories_renamed = self._publish(recs)
         self._after_publish(job, recs)
         inject("commit_job.after_moves")
         clock.end("moves")
@@ -708,7 +708,8 @@ class FileOutputCommitter(OutputCommitter):
         clock.end("commit_log")
         costs = clock.summary()
         manifest["durations"] = costs["durations"]
-        manifest["diagnostics"].update(requests=costs["requests"], bytes_copied=costs["bytes_copied"])
+        manifest["diagnostics"].update(requests=costs["requests"], bytes_copied=costs["bytes_copied"],
+                                       directories_renamed=directories_renamed)
         self.store.write_bytes(SUCCESS, records.dumps("success", manifest, files=files))
         inject("commit_job.after_success")
         # Cleanup only deletes, and only under _temporary: readers never look there, and a crash from here on is
@@ -739,14 +740,18 @@ class FileOutputCommitter(OutputCommitter):
             while d and self.store.remove_dir_if_empty(d):
                 d = partition_of(d)
 
-    def _publish(self, recs: list[dict[str, Any]]) -> None:
-        """Make every committed task's files visible at their final names (idempotent, parallel)."""
+    def _publish(self, recs: list[dict[str, Any]]) -> int:
+        """Make every committed task's files visible at their final names (idempotent, parallel). Returns the
+        number of directories renamed whole (see :meth:`_publish_directories`)."""
         if self.algorithm == 2:  # task commit already moved them; check they are all there
             missing = self.store.missing([f["path"] for rec in recs for f in rec["files"]])
             if missing:
                 raise CorruptRecord(f"job {self.job_id}: committed v2 file(s) missing from the output: {missing[:5]}")
-            return
+            return 0
         moves = [(f"{rec['data_dir']}/{f['path']}", f["path"], f["size"]) for rec in recs for f in rec["files"]]
+        renamed = self._publish_directories(recs) if self.store.link_moves else ()
+        if renamed:
+            moves = [m for m in moves if not m[0].startswith(renamed)]
         for d in sorted({partition_of(dst) for _, dst, _ in moves} - {""}):
             self.store.makedirs(d)
 
@@ -765,13 +770,45 @@ class FileOutputCommitter(OutputCommitter):
 
             parallel(copy, moves, self.commit_threads)
             self.store.delete_files([src for src, _, _ in moves])
-            return
+            return 0
 
         def move(item: tuple[str, str, int]) -> None:
             if self._move_once(*item):
                 inject("commit_job.mid_move")
 
         parallel(move, moves, self.commit_threads)
+        return len(renamed)
+
+    def _publish_directories(self, recs: list[dict[str, Any]]) -> tuple[str, ...]:
+        """Rename whole directories of committed files whose destination does not exist yet (v1, local disk).
+
+        A new partition then appears in one rename, however many files and tasks it holds (Hadoop's mergePaths
+        renames a task's directory when its destination is missing; here one ``_committed`` directory holds every
+        task's files, so it is one rename per new partition for the whole job). Only a directory holding nothing
+        but this plan's files is renamed, so a stray file (from a task commit the plan does not include) never
+        becomes visible; anything else falls back to the file-by-file moves. Returns the source prefixes renamed.
+        """
+        planned: dict[str, set[str]] = {}
+        for rec in recs:
+            planned.setdefault(rec["data_dir"], set()).update(f["path"] for f in rec["files"])
+        renamed: list[str] = []
+        for data_dir, files in planned.items():
+            children: dict[str, set[str]] = {}
+            for directory in {partition_of(path) for path in files} - {""}:
+                parts = directory.split("/")
+                for i, part in enumerate(parts):
+                    children.setdefault("/".join(parts[:i]), set()).add(part)
+            stack = sorted(children.get("", ()), reverse=True)
+            while stack:
+                rel = stack.pop()
+                if not self.store.exists(rel):
+                    under = {f"{rel}/{p}" for p in self.store.list_names(f"{data_dir}/{rel}")}
+                    if under and under <= files and self.store.move_dir_if_absent(f"{data_dir}/{rel}", rel):
+                        renamed.append(f"{data_dir}/{rel}/")
+                        inject("commit_job.mid_move")
+                        continue
+                stack.extend(f"{rel}/{d}" for d in sorted(children.get(rel, ()), reverse=True))
+        return tuple(renamed)
 
     def _after_publish(self, job: Mapping[str, Any], recs: list[dict[str, Any]]) -> None:
         """Hook after the data is visible (the magic committer aborts stray uploads here)."""

@@ -145,7 +145,7 @@ class MagicCommitter(FileOutputCommitter):
         self.store.delete_tree(work_dir)
 
     # ---------------------------------------------------------------- job side
-    def _publish(self, recs: list[dict[str, Any]]) -> None:
+    def _publish(self, recs: list[dict[str, Any]]) -> int:
         uploads = [f for rec in recs for f in rec["files"]]
 
         def complete(f: dict[str, Any]) -> None:
@@ -160,6 +160,7 @@ class MagicCommitter(FileOutputCommitter):
             inject("commit_job.mid_move")
 
         parallel(complete, uploads, self.commit_threads)
+        return 0
 
     def _has(self, f: Mapping[str, Any]) -> bool:
         try:

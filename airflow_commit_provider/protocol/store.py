@@ -17,10 +17,12 @@ All paths given to a store are relative to its root, ``/``-separated.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import threading
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from typing import IO, Any
 
 from .errors import InvalidOutputSpec, StorageCapabilityError
@@ -73,6 +75,10 @@ class Store(ABC):
         protocol's own records and work directories) are left out; the local disk does not even walk them.
         """
 
+    def list_names(self, rel: str) -> list[str]:
+        """The paths of :meth:`list_files` without their sizes (on a local disk: no stat per file)."""
+        return [path for path, _ in self.list_files(rel)]
+
     @abstractmethod
     def list_dir(self, rel: str) -> list[str]:
         """Names of the direct children of *rel* (files and directories). Empty when *rel* is missing."""
@@ -123,6 +129,11 @@ class Store(ABC):
         """Move a file unless *dst* holds another one (:class:`FileExistsError`); :class:`FileNotFoundError` when
         *src* is missing. Finishing a move a crash interrupted is not an error. Only where ``link_moves``."""
         raise NotImplementedError(f"{type(self).__name__} has no move that refuses to replace")
+
+    def move_dir_if_absent(self, src: str, dst: str) -> bool:
+        """Rename the directory *src* to *dst* in one step if nothing is at *dst*; ``False`` (nothing changed) when
+        something is, or when the store has no directory rename (object stores: a "directory" is a prefix)."""
+        return False
 
     def request_counts(self) -> dict[str, int]:
         """Requests made so far, by operation (object stores count them; others return nothing)."""
@@ -208,10 +219,9 @@ class LocalStore(Store):
             raise InvalidOutputSpec(f"{self.url(rel)} is a file, not a directory")
         self._makedirs_abs(path)
 
-    def list_files(self, rel: str = "", *, visible_only: bool = False) -> list[tuple[str, int]]:
-        base = self._p(rel)
-        out: list[tuple[str, int]] = []
-        stack = [("", base)]
+    def _walk(self, rel: str, visible_only: bool = False) -> Iterator[tuple[str, os.DirEntry[str]]]:
+        """Every file under *rel* as (path relative to rel, directory entry); hidden subtrees pruned on request."""
+        stack = [("", self._p(rel))]
         while stack:
             prefix, path = stack.pop()
             try:
@@ -225,11 +235,19 @@ class LocalStore(Store):
                 if entry.is_dir(follow_symlinks=False):
                     stack.append((name + "/", entry.path))
                 else:
-                    try:
-                        out.append((name, entry.stat(follow_symlinks=False).st_size))
-                    except FileNotFoundError:
-                        continue
+                    yield name, entry
+
+    def list_files(self, rel: str = "", *, visible_only: bool = False) -> list[tuple[str, int]]:
+        out: list[tuple[str, int]] = []
+        for name, entry in self._walk(rel, visible_only):
+            try:
+                out.append((name, entry.stat(follow_symlinks=False).st_size))
+            except FileNotFoundError:
+                continue
         return out
+
+    def list_names(self, rel: str) -> list[str]:
+        return [name for name, _ in self._walk(rel)]
 
     def list_dir(self, rel: str) -> list[str]:
         try:
@@ -269,6 +287,20 @@ class LocalStore(Store):
                     from None
         with contextlib.suppress(FileNotFoundError):  # idem
             os.unlink(src_path)
+
+    def move_dir_if_absent(self, src: str, dst: str) -> bool:
+        dst_path = self._p(dst)
+        if os.path.lexists(dst_path):
+            return False
+        try:
+            os.rename(self._p(src), dst_path)
+        except OSError as exc:
+            # Created meanwhile: a non-empty directory (ENOTEMPTY/EEXIST) or a file (ENOTDIR); the caller then
+            # merges file by file. (An empty directory created meanwhile is replaced, which loses nothing.)
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                return False
+            raise
+        return True
 
     def delete_file(self, rel: str) -> None:
         with contextlib.suppress(FileNotFoundError):

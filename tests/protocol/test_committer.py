@@ -175,6 +175,42 @@ def test_modes_against_old_data(root, mode, algorithm):
             assert read_success_marker(f"{root}/day={day}", verify_files=True)["partition"] == f"day={day}"
 
 
+@pytest.mark.parametrize("old_data,renamed", [(False, 2), (True, 1)])
+def test_v1_renames_new_partition_directories_whole(tmp_path, old_data, renamed):
+    """v1 on a local disk: a partition the output does not have yet appears in one directory rename (both tasks'
+    files at once); one it has already (day=d0 of the old data) is merged file by file next to the old files."""
+    root = str(tmp_path / "out")
+    if old_data:
+        sc.write_old_data(root)
+    c = make(root, algorithm=1)
+    c.setup_job()
+    for t in range(sc.TASKS):
+        run_task_attempt(c, t, 1, produce(t, 1))
+    manifest = c.commit_job(sc.TASKS)
+    assert manifest["diagnostics"]["directories_renamed"] == renamed
+    sc.assert_exactly_once(sc.read_rows(root), old=sc.old_rows_expected("append") if old_data else None)
+    assert read_success_marker(root, verify_files=True)["totals"]["files"] == 2 * sc.TASKS
+    assert not (tmp_path / "out" / "_temporary").exists()
+
+
+def test_v1_never_renames_a_directory_holding_a_stray_file(tmp_path):
+    """A file in the committed directory that no planned task record lists (here planted by hand) keeps its
+    partition from being renamed whole: the planned files are moved one by one and the stray stays hidden."""
+    import pyarrow.parquet as pq
+
+    root = str(tmp_path / "out")
+    c = make(root, algorithm=1)
+    c.setup_job()
+    for t in range(sc.TASKS):
+        run_task_attempt(c, t, 1, produce(t, 1))
+    stray = tmp_path / "out" / c.layout.committed_dir(c.current_app_attempt()) / "day=d1" / "stray.parquet"
+    pq.write_table(sc.task_table(77, 1).drop_columns(["day"]), str(stray))
+    manifest = c.commit_job(sc.TASKS)
+    assert manifest["diagnostics"]["directories_renamed"] == 1  # day=d0 only
+    sc.assert_exactly_once(sc.read_rows(root))
+    assert "day=d1/stray.parquet" not in sc.visible_files(root)
+
+
 @pytest.mark.parametrize("mode", ["append", "overwrite", "dynamic", "error"])
 def test_rerun_after_commit_replaces_the_jobs_own_output(root, mode):
     """A clear of a DAG run whose job committed recomputes; re-running never duplicates, even in append."""

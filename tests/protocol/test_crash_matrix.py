@@ -128,6 +128,20 @@ def test_job_commit_crash_other_modes(tmp_path, point, mode):
     recover_and_check(cfg, "retry")
 
 
+@pytest.mark.parametrize("kill,style", [("exit", "clear"), ("kill", "retry")])
+def test_crash_between_partition_directory_renames(tmp_path, kill, style):
+    """A fresh target: every partition is new, so the v1 job commit renames each partition directory whole. Killed
+    after the first rename, the output shows that partition complete and nothing of the other; the resumed commit
+    renames the other one and every row is there once."""
+    cfg = make_cfg(tmp_path, 1, "error")
+    sc.phase_prior(cfg)
+    expect_killed(spawn("main", cfg, f"commit_job.mid_move={kill}@1"), kill)
+    check_mid_crash(cfg)
+    assert {p.split("/")[0] for p in sc.visible_files(cfg["root"])} == {"day=d0"}
+    recover_and_check(cfg, style)
+    assert read_success_marker(cfg["root"])["diagnostics"]["directories_renamed"] >= 1
+
+
 ABORT_POINTS = [p for p in faults.POINTS if p.startswith("abort_job.")]
 
 
