@@ -289,11 +289,17 @@ class LocalStore(Store):
             os.unlink(src_path)
 
     def move_dir_if_absent(self, src: str, dst: str) -> bool:
-        dst_path = self._p(dst)
+        src_path, dst_path = self._p(src), self._p(dst)
         if os.path.lexists(dst_path):
             return False
         try:
-            os.rename(self._p(src), dst_path)
+            try:
+                os.rename(src_path, dst_path)
+            except FileNotFoundError:
+                if not os.path.lexists(src_path):  # a concurrent committer moved it: the file moves see that
+                    return False
+                self._makedirs_abs(os.path.dirname(dst_path))
+                os.rename(src_path, dst_path)
         except OSError as exc:
             # Created meanwhile: a non-empty directory (ENOTEMPTY/EEXIST) or a file (ENOTDIR); the caller then
             # merges file by file. (An empty directory created meanwhile is replaced, which loses nothing.)

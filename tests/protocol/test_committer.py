@@ -211,6 +211,32 @@ def test_v1_never_renames_a_directory_holding_a_stray_file(tmp_path):
     assert "day=d1/stray.parquet" not in sc.visible_files(root)
 
 
+def test_v1_stray_in_a_nested_partition_keeps_only_that_branch_on_the_file_path(tmp_path):
+    """Two partition levels, a stray in a=1/b=2: a=1 cannot be renamed whole, so its clean sibling a=1/b=3 is
+    renamed into a freshly created a=1, a=2 whole, and a=1/b=2 goes file by file without the stray."""
+    root = str(tmp_path / "out")
+    c = make(root, algorithm=1, partition_by=())
+    c.setup_job()
+    parts = [{"a": 1, "b": 2}, {"a": 1, "b": 3}, {"a": 2, "b": 2}]
+
+    def write(task):
+        def produce(w):
+            for part in parts:
+                with w.open_file(partition=part, extension="dat") as fh:
+                    fh.write(f"{task} {part}".encode())
+        return produce
+
+    for t in range(2):
+        run_task_attempt(c, t, 1, write(t))
+    stray = tmp_path / "out" / c.layout.committed_dir(c.current_app_attempt()) / "a=1" / "b=2" / "stray.dat"
+    stray.write_bytes(b"not planned")
+    manifest = c.commit_job(2)
+    assert manifest["diagnostics"]["directories_renamed"] == 2  # a=1/b=3 and a=2
+    visible = sc.visible_files(root)
+    assert visible == sorted(f["path"] for f in manifest["files"]) and len(visible) == 6
+    assert not any(p.endswith("stray.dat") for p in visible)
+
+
 @pytest.mark.parametrize("mode", ["append", "overwrite", "dynamic", "error"])
 def test_rerun_after_commit_replaces_the_jobs_own_output(root, mode):
     """A clear of a DAG run whose job committed recomputes; re-running never duplicates, even in append."""
