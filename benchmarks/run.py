@@ -3,8 +3,9 @@
 Prints a table (median, min, max of several runs; ratios from the same run) and writes JSON.
 
 - local: job commit time for N small Parquet files, ours v1 and v2, against the floor (a plain loop of
-  ``os.rename`` over the same number of files between two directories); and N=10,000 files spread over 10
-  partitions the output does not have yet (a daily partitioned write), where v1 renames whole directories;
+  ``os.rename`` over the same number of files between two directories), and the total time (setup, every task,
+  job commit); and N=10,000 files spread over 10 partitions the output does not have yet (a daily partitioned
+  write), where v1 renames whole directories;
 - spark: the peer, Hadoop's FileOutputCommitter v1 and v2 through pyspark local[2] (``pip install pyspark``,
   Java 17), its job commit time taken from the driver's "Write Job ... committed. Elapsed time" line; the same
   shape as ours (N/10 tasks of 10 one-row files, ``maxRecordsPerFile=1``);
@@ -96,22 +97,27 @@ def bench_local(sizes: list[int], runs: int, partitions: int = 0) -> list[dict[s
     bench = f"local job commit, {partitions} new partitions" if partitions else "local job commit"
     for n in sizes:
         results: dict[str, list[float]] = {"floor os.rename": [], "ours v1": [], "ours v2": []}
+        totals: dict[str, list[float]] = {"ours v1": [], "ours v2": []}
         for _ in range(runs):
             base = tempfile.mkdtemp(prefix="bench-")
             try:
                 results["floor os.rename"].append(rename_floor(os.path.join(base, "floor"), n))
                 for alg in (1, 2):
+                    started = time.perf_counter()
                     c, _ = prepare_job(os.path.join(base, f"v{alg}"), n, alg, partitions=partitions)
                     t0 = time.perf_counter()
                     c.commit_job(None)
                     results[f"ours v{alg}"].append(time.perf_counter() - t0)
+                    totals[f"ours v{alg}"].append(time.perf_counter() - started)
             finally:
                 shutil.rmtree(base, ignore_errors=True)
         floor = statistics.median(results["floor os.rename"])
         for name, values in results.items():
             s = stats(values)
+            # total: setup, every task (one after another, in this one process) and the job commit
+            total = {"total_s": statistics.median(totals[name])} if name in totals else {}
             out.append({"bench": bench, "n": n, "committer": name, **s,
-                        "ms_per_file": 1000 * s["median"] / n, "x_floor": s["median"] / floor})
+                        "ms_per_file": 1000 * s["median"] / n, "x_floor": s["median"] / floor, **total})
     return out
 
 
@@ -139,7 +145,7 @@ def bench_spark(sizes: list[int], runs: int, partitions: int = 0) -> list[dict[s
             out.append({"bench": f"local job commit, {partitions} new partitions" if partitions else
                         "local job commit", "n": n, "committer": f"Hadoop v{alg} (Spark 4.3)", **s,
                         "ms_per_file": 1000 * s["median"] / n,
-                        "spark_write_total_s": statistics.median(t for _, t in results)})
+                        "total_s": statistics.median(t for _, t in results)})
     return out
 
 
@@ -271,8 +277,8 @@ def bench_airflow(runs: int, sizes: list[int]) -> list[dict[str, Any]]:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    cols = ["bench", "n", "committer", "median", "min", "max", "ms_per_file", "x_floor", "x_hadoop", "x_plain",
-            "publish_requests_per_file", "requests_total", "bytes_copied", "peak_rss_mb"]
+    cols = ["bench", "n", "committer", "median", "min", "max", "ms_per_file", "x_floor", "x_hadoop", "total_s",
+            "x_plain", "publish_requests_per_file", "requests_total", "bytes_copied", "peak_rss_mb"]
     cols = [c for c in cols if any(c in r for r in rows)]
     fmt = lambda v: f"{v:.4f}" if isinstance(v, float) else ("" if v is None else str(v))  # noqa: E731
     table = [cols] + [[fmt(r.get(c)) for c in cols] for r in rows]

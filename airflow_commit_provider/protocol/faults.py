@@ -10,7 +10,8 @@ where *action* is
 - ``raise``: :class:`InjectedFault`, an ordinary exception that cleanup code does see;
 
 and ``@n`` fires on the n-th time the point is reached (1-based, default 1), which is how a test kills a job
-commit after, say, 5 of 20 file moves.
+commit after, say, 5 of 20 moves (``commit_job.mid_move`` is reached per file moved and per directory renamed
+whole).
 """
 
 from __future__ import annotations
