@@ -788,6 +788,8 @@ class FileOutputCommitter(OutputCommitter):
         but this plan's files is renamed, so a stray file (from a task commit the plan does not include) never
         becomes visible; anything else falls back to the file-by-file moves. Returns the source prefixes renamed.
         """
+        if not any("/" in f["path"] for rec in recs for f in rec["files"]):
+            return ()  # no directories: an unpartitioned output pays nothing for this
         planned: dict[str, set[str]] = {}
         for rec in recs:
             planned.setdefault(rec["data_dir"], set()).update(f["path"] for f in rec["files"])
