@@ -2,8 +2,8 @@
 
 Production code calls :func:`inject` at each step boundary; it costs one dict lookup when nothing is armed.
 Faults are armed either in-process with :func:`arm` or, for real worker processes, through the environment
-variable ``COMMIT_PROVIDER_FAULTS`` (read when the process first reaches a point): a comma-separated list of ``point=action`` or ``point=action@n`` entries,
-where *action* is
+variable ``COMMIT_PROVIDER_FAULTS`` (read when the process first reaches a point): a comma-separated list of
+``point=action`` or ``point=action@n`` entries, where *action* is
 
 - ``exit``: ``os._exit(FAULT_EXIT_CODE)``, a process dying without cleanup (no ``finally``, no atexit);
 - ``kill``: SIGKILL to the process itself, as the OOM killer or a lost worker does;

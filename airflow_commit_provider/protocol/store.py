@@ -22,7 +22,7 @@ import os
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from .errors import InvalidOutputSpec, StorageCapabilityError
@@ -255,28 +255,26 @@ class LocalStore(Store):
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    def move_file(self, src: str, dst: str, size: int | None = None) -> None:
-        dst_path = self._p(dst)
+    def _with_parent(self, op: Callable[[str, str], None], src_path: str, dst_path: str) -> None:
+        """``op(src, dst)``, creating the parent directory of *dst* when that is what was missing (the common case
+        is that it exists, so it is not checked first). :class:`FileNotFoundError` when *src* is missing."""
         try:
-            os.replace(self._p(src), dst_path)
+            op(src_path, dst_path)
         except FileNotFoundError:
-            if not os.path.exists(self._p(src)):
+            if not os.path.lexists(src_path):
                 raise
             self._makedirs_abs(os.path.dirname(dst_path))
-            os.replace(self._p(src), dst_path)
+            op(src_path, dst_path)
+
+    def move_file(self, src: str, dst: str, size: int | None = None) -> None:
+        self._with_parent(os.replace, self._p(src), self._p(dst))
 
     def move_no_replace(self, src: str, dst: str) -> None:
         # link + unlink: the link fails if dst exists (rename would silently replace it). A crash between the two
         # leaves both names on one inode, which the next call recognises and finishes.
         src_path, dst_path = self._p(src), self._p(dst)
         try:
-            try:
-                os.link(src_path, dst_path)
-            except FileNotFoundError:
-                if not os.path.lexists(src_path):
-                    raise
-                self._makedirs_abs(os.path.dirname(dst_path))
-                os.link(src_path, dst_path)
+            self._with_parent(os.link, src_path, dst_path)
         except FileExistsError:
             try:
                 same = os.path.samefile(src_path, dst_path)
@@ -293,13 +291,9 @@ class LocalStore(Store):
         if os.path.lexists(dst_path):
             return False
         try:
-            try:
-                os.rename(src_path, dst_path)
-            except FileNotFoundError:
-                if not os.path.lexists(src_path):  # a concurrent committer moved it: the file moves see that
-                    return False
-                self._makedirs_abs(os.path.dirname(dst_path))
-                os.rename(src_path, dst_path)
+            self._with_parent(os.rename, src_path, dst_path)
+        except FileNotFoundError:  # a concurrent committer moved it: the file moves see that
+            return False
         except OSError as exc:
             # Created meanwhile: a non-empty directory (ENOTEMPTY/EEXIST) or a file (ENOTDIR); the caller then
             # merges file by file. (An empty directory created meanwhile is replaced, which loses nothing.)

@@ -25,7 +25,8 @@ from ..conftest import REPO
 from . import scenario as sc
 
 MATRIX_POINTS = [p for p in faults.POINTS if not p.startswith("abort_job.")]
-#: Points reached once per file: fire at the 2nd file (mid-way), or the 1st for deletions (the old data has 2 files).
+#: Points reached once per file (commit_job.mid_move also once per partition directory renamed whole): fire at the
+#: 2nd (mid-way), or the 1st for deletions (the old data has 2 files).
 MIDWAY = {"commit_task.mid_move": 2, "commit_job.mid_move": 2, "commit_job.mid_delete": 1, "writer.after_file": 2}
 
 
