@@ -1,9 +1,10 @@
 """Path rules: relative names that cannot escape the output root, partition directories, hidden names.
 
 Everything the protocol writes for itself lives under names starting with ``_`` (``_temporary``, ``_commits``,
-``_SUCCESS``), because pyarrow, Spark and Hive readers skip names starting with ``_`` or ``.``. User-supplied names
-(file names, partition values) are checked here so that nothing they contain can reach outside the output root or
-hide inside the protocol's own directories.
+``_SUCCESS``), because pyarrow, Spark and Hive readers skip names starting with ``_`` or ``.``. User-supplied file
+names are checked here so that nothing they contain can reach outside the output root or hide inside the protocol's
+own directories. Partition values are escaped as Spark and Hive escape them (``%XX``), so that any value survives
+the path: hive readers that unescape read back exactly the value written (invariant I11).
 """
 
 from __future__ import annotations
@@ -57,31 +58,107 @@ def check_partition_key(key: str) -> str:
     return key
 
 
-def partition_value_to_str(key: str, value: object) -> str:
-    """Render one partition value as it appears after ``key=`` in a directory name.
+#: Spark's ``ExternalCatalogUtils.charToEscape`` (copied from Hive's ``FileUtils.escapePathName``) on POSIX: ASCII
+#: 01-1F, ``"  #  %  '  *  /  :  =  ?  \\``, 7F, ``{  [  ]  ^``; plus NUL, which no file name can hold. Spark adds
+#: space, ``<``, ``>`` and ``|`` only when the JVM runs on Windows; these are left as they are, as Spark on Linux does.
+PATH_ESCAPE_CHARS = frozenset(chr(c) for c in range(0x20)) | frozenset("\"#%'*/:=?\\\x7f{[]^")
 
-    Values that could escape the output root or hide the directory (``/``, ``\\``, ``..``, NUL, control characters,
-    a leading ``.`` or ``_``) are rejected, not escaped: a silent rewrite would put rows where nobody looks for them.
+#: The longest directory component most file systems take (NAME_MAX on Linux, macOS, ext4, XFS), in UTF-8 bytes;
+#: object stores take longer keys, but the output must stay copyable to a file system.
+MAX_NAME_BYTES = 255
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def escape_path_name(text: str) -> str:
+    """Spark's ``escapePathName``: every character of :data:`PATH_ESCAPE_CHARS` becomes ``%XX`` (uppercase hex).
+
+    Everything else, non-ASCII included, is kept as it is. ``%`` itself is escaped, so the result unescapes back to
+    *text* exactly (:func:`unescape_path_name`), and holds no ``/``, ``\\``, NUL or control character.
+    """
+    return "".join(f"%{ord(ch):02X}" if ch in PATH_ESCAPE_CHARS else ch for ch in text)
+
+
+def unescape_path_name(text: str) -> str:
+    """Spark's ``unescapePathName``: ``%XX`` (two hex digits, either case) becomes that character; any other ``%``
+    stays as it is. (Spark's ``Integer.parseInt`` would also take ``%+A``; only hex digits are taken here.)"""
+    if "%" not in text:
+        return text
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "%" and i + 2 < n and text[i + 1] in _HEX and text[i + 2] in _HEX:
+            out.append(chr(int(text[i + 1:i + 3], 16)))
+            i += 3
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def _shorten(text: str, limit: int = 60) -> str:
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
+
+
+def partition_value_to_str(key: str, value: object) -> str:
+    """Render one partition value as it appears after ``key=`` in a directory name, escaped as Spark and Hive do.
+
+    ``None`` is ``__HIVE_DEFAULT_PARTITION__`` (readers turn it back into null). Dates and times are written in ISO
+    format, other values as ``str(value)``; then every character of :data:`PATH_ESCAPE_CHARS` becomes ``%XX``, so
+    ``a/b`` is ``a%2Fb`` and ``a%20b`` is ``a%2520b``, and hive readers that unescape (pyarrow, duckdb, Spark, Hive,
+    Trino) read back exactly the value written. With ``/`` and ``\\`` escaped and the name starting with ``key=``,
+    values like ``.``, ``..``, ``_x`` or ``.x`` can neither leave the output root nor hide the directory: they are
+    accepted.
+
+    Refused, with :class:`InvalidOutputSpec` naming the key and the value, because no directory name gives them back:
+
+    - the empty string. Spark and Hive write it as the null partition, so it would read back as null; the caller
+      decides, by writing ``None``, whether null is what is meant.
+    - the string ``__HIVE_DEFAULT_PARTITION__``, which readers take for null.
+    - text that is not valid Unicode (lone surrogates): it has no UTF-8 file name.
+    - a ``key=<escaped value>`` longer than :data:`MAX_NAME_BYTES` bytes of UTF-8 (:func:`partition_component`).
     """
     if value is None:
         return NULL_PARTITION
     text = value.isoformat() if hasattr(value, "isoformat") else str(value)
     if text == "":
-        raise InvalidOutputSpec(f"partition value for {key!r} is an empty string; use null or a non-empty value")
-    bad = sorted({repr(ch) for ch in text if ch in _FORBIDDEN_CHARS})
-    if bad:
         raise InvalidOutputSpec(
-            f"partition value {text!r} for {key!r} contains {', '.join(bad)}: it could escape the output root")
-    if text in (".", "..") or (text.startswith((".", "_")) and text != NULL_PARTITION):
+            f"partition value for {key!r} is an empty string, which cannot be a directory name: Spark and Hive write "
+            f"it as the null partition {NULL_PARTITION}, so it would read back as null; write None if null is meant, "
+            "or a non-empty value")
+    if text == NULL_PARTITION:
         raise InvalidOutputSpec(
-            f"partition value {text!r} for {key!r} is '.', '..' or starts with '.' or '_' (path traversal or a "
-            "directory readers skip)")
-    return text
+            f"partition value {text!r} for {key!r} is the name of the null partition: readers would read it back as "
+            "null; write None if null is meant")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidOutputSpec(
+            f"partition value {_shorten(text)} for {key!r} is not valid Unicode ({exc.reason}): it has no UTF-8 "
+            "directory name") from None
+    return escape_path_name(text)
+
+
+def partition_component(key: str, value: object) -> str:
+    """``key=<escaped value>``: one directory name, at most :data:`MAX_NAME_BYTES` bytes of UTF-8."""
+    component = f"{key}={partition_value_to_str(key, value)}"
+    size = len(component.encode("utf-8"))
+    if size > MAX_NAME_BYTES:
+        shown = value.isoformat() if hasattr(value, "isoformat") else str(value)
+        raise InvalidOutputSpec(
+            f"partition value {_shorten(shown)} for {key!r} is too long: the directory name {key}=... would be "
+            f"{size} bytes of UTF-8 once escaped, over the {MAX_NAME_BYTES}-byte limit of file names")
+    return component
 
 
 def partition_dir(keys: Iterable[str], values: Iterable[object]) -> str:
-    """``k1=v1/k2=v2`` for one combination of partition values."""
-    return "/".join(f"{key}={partition_value_to_str(key, value)}" for key, value in zip(keys, values))
+    """``k1=v1/k2=v2`` for one combination of partition values, each value escaped (:func:`partition_value_to_str`).
+
+    Raises :class:`InvalidOutputSpec` for a value no directory name gives back, or a ``key=value`` component longer
+    than :data:`MAX_NAME_BYTES` bytes.
+    """
+    return "/".join(partition_component(key, value) for key, value in zip(keys, values))
 
 
 def partition_of(relpath: str) -> str:
@@ -91,12 +168,15 @@ def partition_of(relpath: str) -> str:
 
 
 def parse_partition(partition: str) -> Mapping[str, str]:
-    """``{"k1": "v1", ...}`` from ``k1=v1/k2=v2``."""
+    """``{"k1": "v1", ...}`` from ``k1=v1/k2=v2``, keys and values unescaped (Spark's ``parsePathFragment``).
+
+    The null partition stays the string ``__HIVE_DEFAULT_PARTITION__``.
+    """
     out: dict[str, str] = {}
     for part in filter(None, partition.split("/")):
         key, sep, value = part.partition("=")
         if sep:
-            out[key] = value
+            out[unescape_path_name(key)] = unescape_path_name(value)
     return out
 
 

@@ -7,7 +7,7 @@ across partitions, partition directories ``key=value`` (Hive), partition columns
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 import pyarrow as pa
@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from .committer import TaskAttemptContext
 from .errors import InvalidOutputSpec
 from .faults import inject
-from .paths import check_relative, partition_dir
+from .paths import check_partition_key, check_relative, partition_dir
 from .store import Store
 
 _CODEC_SUFFIX = {"snappy": "snappy", "gzip": "gz", "zstd": "zstd", "lz4": "lz4", "brotli": "br", "none": None}
@@ -70,14 +70,19 @@ class TaskAttemptWriter:
 
         *name* defaults to the next Spark-style name with *extension*; a given name is checked (no traversal, no
         hidden components) and must be unique across the job's tasks. Rows of such files are unknown unless they are
-        Parquet, whose footer is read at task commit.
+        Parquet, whose footer is read at task commit. *partition* (``{column: value}``) puts the file in that
+        partition's directory: columns follow the partition column rule, values are escaped as Spark does, and a
+        directory name over 255 bytes is refused before anything is opened.
         """
         self._check_open()
+        part = ""
+        if partition:
+            part = partition_dir([check_partition_key(k) for k in partition], list(partition.values()))
         if name is None:
             name = self.next_file_name(check_relative(extension, what="file extension"))
         rel = check_relative(name)
-        if partition:
-            rel = f"{partition_dir(list(partition), list(partition.values()))}/{rel}"
+        if part:
+            rel = f"{part}/{rel}"
         if rel in self.rows:
             raise InvalidOutputSpec(f"file {rel!r} was already written by this task attempt")
         self.rows[rel] = None
@@ -85,7 +90,12 @@ class TaskAttemptWriter:
 
     # ------------------------------------------------------------------ parquet
     def write(self, data: pa.Table | pa.RecordBatch | Iterable[pa.Table | pa.RecordBatch]) -> int:
-        """Write a Table, a RecordBatch or an iterable of them; returns the number of rows written."""
+        """Write a Table, a RecordBatch or an iterable of them; returns the number of rows written.
+
+        The partition directories of a Table (or RecordBatch) are all computed before any of its files is opened: a
+        value no directory name can hold (see :func:`~.paths.partition_value_to_str`: too long, empty string) raises
+        :class:`InvalidOutputSpec` with nothing of that Table written. An iterable is written one item at a time.
+        """
         self._check_open()
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])
@@ -101,7 +111,8 @@ class TaskAttemptWriter:
         if not self.partition_by:
             self._write_part("", data)
             return data.num_rows
-        for part, rows in _split_by_partition(data, self.partition_by):
+        parts = _split_by_partition(data, self.partition_by)  # every directory validated before any file opens
+        for part, rows in parts:
             self._write_part(part, rows.drop_columns(list(self.partition_by)))
         return data.num_rows
 
@@ -163,14 +174,22 @@ class TaskAttemptWriter:
         self.close()
 
 
-def _split_by_partition(table: pa.Table, keys: tuple[str, ...]) -> Iterable[tuple[str, pa.Table]]:
-    """``(k=v/..., rows)`` for each distinct combination of partition values, in first-seen order."""
+def _split_by_partition(table: pa.Table, keys: tuple[str, ...]) -> Iterator[tuple[str, pa.Table]]:
+    """``(k=v/..., rows)`` for each distinct combination of partition values, in first-seen order.
+
+    Every directory name is computed, escaped and checked when this is called, so a bad value raises here, before
+    the caller opens any file; the rows of each partition are then filtered one partition at a time.
+    """
     combos = table.select(list(keys)).group_by(list(keys), use_threads=False).aggregate([]).to_pylist()
-    for combo in combos:
+    dirs = [partition_dir(keys, [combo[k] for k in keys]) for combo in combos]
+
+    def rows_of(combo: dict[str, Any]) -> pa.Table:
         mask = None
         for key in keys:
             value = combo[key]
             col = table.column(key)
             cond = pc.is_null(col) if value is None else pc.fill_null(pc.equal(col, value), False)
             mask = cond if mask is None else pc.and_(mask, cond)
-        yield partition_dir(keys, [combo[k] for k in keys]), table.filter(mask)
+        return table.filter(mask)
+
+    return ((part, rows_of(combo)) for part, combo in zip(dirs, combos))

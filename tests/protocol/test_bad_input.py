@@ -59,17 +59,41 @@ def test_bad_job_ids(target, job_id):
     unchanged(target, before)
 
 
-@pytest.mark.parametrize("value", ["../../etc", "a/b", "..", ".", ".hidden", "_x", "a\x00b", "a\\b", "tab\there", ""])
-def test_partition_values_that_could_escape_are_refused(target, value):
+@pytest.mark.parametrize("value,directory", [
+    ("../../etc", "day=..%2F..%2Fetc"), ("a/b", "day=a%2Fb"), ("..", "day=.."), (".", "day=."),
+    (".hidden", "day=.hidden"), ("_x", "day=_x"), ("a\x00b", "day=a%00b"), ("a\\b", "day=a%5Cb"),
+    ("tab\there", "day=tab%09here"),
+])
+def test_partition_values_that_could_escape_are_escaped_and_stay_inside(target, value, directory):
+    """Spark's escaping (%XX) keeps every value inside one ``day=...`` directory, and readers get the value back."""
+    before = set(sc.visible_files(target))
+    c = FileOutputCommitter(target, "job", mode="append", partition_by=["day"])
+    c.setup_job()
+    table = pa.table({"task": pa.array([0], pa.int32()), "row": pa.array([0], pa.int32()),
+                      "attempt": pa.array([1], pa.int32()), "day": [value]})
+    run_task_attempt(c, 0, 1, lambda w: w.write(table))
+    c.commit_job(1)
+    new = set(sc.visible_files(target)) - before
+    assert new and all(f.split("/")[0] == directory and f.count("/") == 1 for f in new), new
+    assert [r["day"] for r in sc.read_rows(target) if r["task"] == 0] == [value]
+    assert sorted(os.listdir(os.path.join(target, ".."))) == ["out"]
+    assert not os.path.exists(os.path.join(target, "..", "etc"))
+
+
+@pytest.mark.parametrize("value,message", [
+    ("", "empty string"),
+    ("__HIVE_DEFAULT_PARTITION__", "name of the null partition"),
+    ("y" * 300, "too long"),
+])
+def test_partition_values_no_directory_gives_back_are_refused(target, value, message):
     before = sc.all_files(target)
     c = FileOutputCommitter(target, "job", mode="append", partition_by=["day"])
     c.setup_job()
     table = pa.table({"day": [value], "x": [1]})
-    with pytest.raises(InvalidOutputSpec, match="partition value"):
+    with pytest.raises(InvalidOutputSpec, match=f"partition value.*{message}"):
         run_task_attempt(c, 0, 1, lambda w: w.write(table))
     c.abort_job()
     unchanged(target, before)
-    assert not os.path.exists(os.path.join(target, "..", "etc"))
 
 
 @pytest.mark.parametrize("name", ["../x.csv", "/abs/x.csv", "a/../../x", "a\\b.csv", "_hidden.csv", ".dot",
