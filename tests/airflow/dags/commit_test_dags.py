@@ -4,19 +4,25 @@ Controlled at run time by files in ``COMMIT_TEST_WORK`` so a test can decide whi
 
 - ``fail-<dag_id>-<map_index>-<try>``: that try of that task fails after writing half its rows;
 - ``fail-<dag_id>-<map_index>-always``: every try of that task fails;
-- ``calls.log``: every call of the user callable is appended (dag, map index, try).
+- ``calls.log``: every call of the user callable is appended (dag, map index, try);
+- ``hold-<dag_id>-<task_id>``: while it exists, that task's tries wait in ``pre_execute`` (after writing
+  ``holding-<dag_id>-<task_id>-<try>``): lets a test act at a known point of a try instead of racing it.
 
-Targets are ``<COMMIT_TEST_ROOT>/<dag_id>``. Write tasks retry once (0.2 s delay).
+Targets are ``<COMMIT_TEST_ROOT>/<dag_id>`` (the Spark-like DAGs: ``dag_run.conf["target"]`` if given).
+Write tasks retry once (0.2 s delay).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from datetime import datetime, timedelta
 
 import pyarrow as pa
+from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG
 
+from airflow_commit_provider.operators.ensure_target import ensure_target_before_each_try
 from airflow_commit_provider.operators.stage import commit_stage
 from airflow_commit_provider.sensors.success_marker import SuccessMarkerSensor
 
@@ -65,16 +71,69 @@ for _mode in ("error", "append", "overwrite", "dynamic"):
 
 ct_empty = stage_dag("ct_empty", tasks=0)
 
+
+def hold_while_flagged(context) -> None:
+    """A ``pre_execute``: while ``hold-<dag_id>-<task_id>`` exists, wait (the try is running and
+    has done nothing yet). A test uses it to pause the DAG at a known point, not at a guessed time."""
+    ti = context["ti"]
+    hold = os.path.join(WORK, f"hold-{ti.dag_id}-{ti.task_id}")
+    if not os.path.exists(hold):
+        return
+    open(os.path.join(WORK, f"holding-{ti.dag_id}-{ti.task_id}-{ti.try_number}"), "w").close()
+    deadline = time.monotonic() + 900
+    while os.path.exists(hold):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{hold} still there after 900 s")
+        time.sleep(0.2)
+
+
 with DAG("ct_sensor", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
          tags=["airflow-commit-provider-tests"]) as ct_sensor:
-    # Airflow 3.3 race (apache/airflow#71172): a reschedule poke's late executor event, drained after the next
-    # poke was queued, fails the sensor; seen once in CI with poke_interval=1. A longer interval narrows the
-    # window and a retry (which finds _SUCCESS at its first poke) covers the rest, as the README advises.
+    # No retries: a failed try must fail the test. The real-deployment test orders the pokes and the data by
+    # observable states (see tests/deployment/test_real_deployment.py), so Airflow's event-lag races
+    # (apache/airflow#71172, #71580) cannot occur there, whatever the load.
     SuccessMarkerSensor(task_id="wait_poke", target=os.path.join(ROOT, "ct_dynamic_v1"), mode="reschedule",
-                        poke_interval=5, timeout=600, verify_files=True, retries=1,
-                        retry_delay=timedelta(seconds=1))
+                        poke_interval=1, timeout=900, verify_files=True, pre_execute=hold_while_flagged)
     SuccessMarkerSensor(task_id="wait_deferred", target=os.path.join(ROOT, "ct_dynamic_v1"), deferrable=True,
-                        poke_interval=1, timeout=600, verify_files=True)
+                        poke_interval=1, timeout=900, verify_files=True)
+
+
+def spark_like_insert_overwrite(target: str, ti) -> None:
+    """Stands in for Spark's ``INSERT OVERWRITE`` (local path or S3): the table path must exist ("Path does not
+    exist" otherwise), is deleted, then written. ``fail-<dag_id>-0-<try>`` kills that try right after the
+    delete, as an application attempt dying mid-overwrite."""
+    import fsspec
+
+    dag_id, try_number = ti.dag_id, ti.try_number
+    with open(os.path.join(WORK, "calls.log"), "a") as fh:
+        fh.write(f"{dag_id} 0 {try_number}\n")
+    remote = "://" in target and not target.startswith("file://")
+    fs, path = fsspec.core.url_to_fs(target, **({"use_listings_cache": False, "skip_instance_cache": True}
+                                                 if remote else {}))
+    if not fs.exists(path):
+        raise FileNotFoundError(f"Path does not exist: {target}")
+    fs.rm(path, recursive=True)
+    for flag in (f"fail-{dag_id}-0-{try_number}", f"fail-{dag_id}-0-always"):
+        if os.path.exists(os.path.join(WORK, flag)):
+            raise RuntimeError(f"application attempt died after deleting {target} (try {try_number}, {flag})")
+    fs.makedirs(path, exist_ok=True)
+    fs.pipe_file(f"{path}/part-00000.txt", f"written by try {try_number}".encode())
+
+
+def spark_overwrite_dag(dag_id: str, *, guarded: bool) -> DAG:
+    """One Spark-like writer task (retries=1); *guarded*: with the ensure-target ``pre_execute`` guard."""
+    target = "{{ dag_run.conf.get('target') or '%s' }}" % os.path.join(ROOT, dag_id)
+    conn_id = "{{ dag_run.conf.get('conn_id') or '' }}"
+    with DAG(dag_id, schedule=None, start_date=datetime(2024, 1, 1), catchup=False, default_args=DEFAULTS,
+             tags=["airflow-commit-provider-tests"]) as dag:
+        PythonOperator(task_id="insert_overwrite", python_callable=spark_like_insert_overwrite,
+                       op_kwargs={"target": target},
+                       pre_execute=ensure_target_before_each_try(target, conn_id) if guarded else None)
+    return dag
+
+
+ct_spark_guarded = spark_overwrite_dag("ct_spark_guarded", guarded=True)
+ct_spark_unguarded = spark_overwrite_dag("ct_spark_unguarded", guarded=False)
 
 with DAG("ct_maintenance", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
          tags=["airflow-commit-provider-tests"]) as ct_maintenance:
