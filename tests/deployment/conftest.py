@@ -67,7 +67,7 @@ class Deployment:
             except ProcessLookupError:
                 pass
 
-    def _wait_healthy(self, timeout: float = 240) -> None:
+    def _wait_healthy(self, timeout: float = 600) -> None:  # a bound for a loaded machine
         deadline = time.time() + timeout
         last = None
         while time.time() < deadline:
@@ -135,6 +135,37 @@ class Deployment:
                 return
             time.sleep(1)
         raise TimeoutError(f"{key} never reached {state}: {self.ti_states(dag_id, run_id)}")
+
+    def wait_for(self, condition, what: str, timeout: float = 300) -> None:
+        """Poll *condition* (every 0.5 s) until it holds; a timeout is a failure, never a pass."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if condition():
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"not reached after {timeout} s: {what}")
+
+    def pause(self, dag_id: str, paused: bool) -> None:
+        """Pause or unpause a DAG: the scheduler neither examines nor queues the tasks of a paused DAG's runs (a
+        TI stays ``up_for_reschedule`` / ``scheduled``), but still processes its executor events."""
+        self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": paused})
+        assert self.api("GET", f"/dags/{dag_id}")["is_paused"] is paused
+
+    def executor_event_processed(self, dag_id: str, run_id: str, task_id: str, ti_state: str) -> bool:
+        """Whether the scheduler has processed ("TaskInstance Finished") the executor's event for a try of the
+        task while the task instance was in *ti_state*: after that line the try's event can no longer race
+        anything (apache/airflow#71172, #71580 are that event drained after the next try was queued)."""
+        log = (HOME / "scheduler.log").read_text(errors="replace")
+        head = f"TaskInstance Finished: dag_id={dag_id}, task_id={task_id}, run_id={run_id}, "
+        return any(head in line and f", state={ti_state}, " in line for line in log.splitlines())
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
+        """The task log of one try (the api-server reads the log files; nothing is served by the workers)."""
+        resp = self.session.get(f"{self.base}/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/"
+                                f"{try_number}", params={"full_content": "true"},
+                                headers={"Accept": "application/json"}, timeout=30)
+        assert resp.status_code == 200, resp.text
+        return json.dumps(resp.json())
 
     def clear(self, dag_id: str, run_id: str, only_failed: bool) -> None:
         self.api("POST", f"/dags/{dag_id}/clearTaskInstances",

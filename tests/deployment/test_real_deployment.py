@@ -3,13 +3,16 @@
 A write task fails on its first try and is retried; then a run is made to fail after other tasks committed, is
 cleared through the REST API (a new application attempt), and the committed tasks are recovered, not re-run.
 "Clear only failed tasks" (no setup, no teardown) continues the same application attempt. The deferrable sensor
-resumes through the real triggerer.
+resumes through the real triggerer. A Spark-like writer that deletes its target and dies finds the target again on
+its Airflow retry, thanks to the ensure-target ``pre_execute`` guard.
+
+Nothing here depends on timing (load, Airflow's executor-event lag) or sleeps: every step waits for an observable
+state (REST API, files the tasks write, the scheduler's record of an executor event); a timeout only fails.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 
 import pytest
@@ -72,18 +75,65 @@ def test_clear_only_failed_continues_the_application_attempt(deployment):
 
 
 def test_deferrable_sensor_resumes_through_the_triggerer(deployment):
-    dep = deployment
-    dep.trigger("ct_sensor", "rest-sensor")
-    dep.wait_ti("ct_sensor", "rest-sensor", "wait_deferred[-1]", "deferred")
-    # Airflow 3.3 race (apache/airflow#71580, #66374): if the trigger fires before the scheduler has processed
-    # the executor's "success" event of the deferring try, the scheduler sees a state mismatch and fails the
-    # task. Seen once here with a 5 s gap; give the scheduler time before the data appears.
-    time.sleep(15)
+    """Both sensors wait for data that does not exist yet; the reschedule sensor is rescheduled once, the
+    deferrable one resumes through the real triggerer; both return the manifest.
+
+    Two Airflow 3.3 races fail a sensor when the executor's event of a try is processed by the scheduler *after*
+    the task instance was put back to work: a reschedule poke whose event lags past the next poke
+    (apache/airflow#71172), a deferred try whose trigger fires before its event is processed
+    (apache/airflow#71580). Under load the lag is seconds, so no poke interval or sleep is safe. Instead, the
+    order is enforced: the DAG is paused while the first poke is held in ``pre_execute`` (a paused DAG's tasks
+    are neither rescheduled nor queued, but their executor events are processed), the data appears only once
+    the scheduler has processed both tries' events, and the DAG is unpaused after that.
+    """
+    dep, dag_id, run_id = deployment, "ct_sensor", "rest-sensor"
+    hold = dep.work / f"hold-{dag_id}-wait_poke"
+    hold.touch()
+    dep.trigger(dag_id, run_id)
+    dep.wait_for(lambda: (dep.work / f"holding-{dag_id}-wait_poke-1").exists(), "first poke of wait_poke started")
+    dep.wait_ti(dag_id, run_id, "wait_deferred[-1]", "deferred")
+    dep.pause(dag_id, True)
+    hold.unlink()                                     # the first poke runs, finds nothing: up_for_reschedule
+    dep.wait_ti(dag_id, run_id, "wait_poke[-1]", "up_for_reschedule")
+    for task_id, state in (("wait_poke", "up_for_reschedule"), ("wait_deferred", "deferred")):
+        dep.wait_for(lambda: dep.executor_event_processed(dag_id, run_id, task_id, state),
+                     f"scheduler processed the executor event of {task_id} ({state})")
+    assert dep.ti_states(dag_id, run_id) == {"wait_poke[-1]": "up_for_reschedule",
+                                             "wait_deferred[-1]": "deferred"}
+
     dep.trigger("ct_dynamic_v1", "rest-data")
     assert dep.wait_run("ct_dynamic_v1", "rest-data") == "success"
-    assert dep.wait_run("ct_sensor", "rest-sensor") == "success", dep.ti_states("ct_sensor", "rest-sensor")
+    # the triggerer fired: the task instance is scheduled to resume (it waits: the DAG is paused)
+    dep.wait_ti(dag_id, run_id, "wait_deferred[-1]", "scheduled")
+    dep.pause(dag_id, False)
+    assert dep.wait_run(dag_id, run_id) == "success", dep.ti_states(dag_id, run_id)
     for task_id in ("wait_deferred", "wait_poke"):
-        value = dep.api("GET", f"/dags/ct_sensor/dagRuns/rest-sensor/taskInstances/{task_id}/xcomEntries/"
+        ti = dep.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")
+        assert ti["try_number"] == 1, f"{task_id} succeeded on its first try"
+        value = dep.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/"
                                "return_value")["value"]
         manifest = value if isinstance(value, dict) else json.loads(value)
         assert manifest["totals"]["rows"] == 4 * ROWS and manifest["job_id"].startswith("ct_dynamic_v1__rest-data")
+    assert "resum" in dep.task_log(dag_id, run_id, "wait_deferred", 1).lower()
+
+
+def test_writer_retry_finds_its_target_thanks_to_the_pre_execute_guard(deployment):
+    """A Spark-like INSERT OVERWRITE deletes its target and dies on try 1; its Airflow retry checks the target
+    first ("Path does not exist"). With ``pre_execute=ensure_target_before_each_try(...)`` the retry succeeds;
+    the same DAG without it fails."""
+    dep, run_id = deployment, "rest-spark"
+    for dag_id in ("ct_spark_guarded", "ct_spark_unguarded"):
+        target = dep.root / dag_id
+        target.mkdir()
+        (target / "part-00000.txt").write_text("old data")
+        (dep.work / f"fail-{dag_id}-0-1").touch()
+        dep.trigger(dag_id, run_id)
+    assert dep.wait_run("ct_spark_guarded", run_id) == "success", dep.ti_states("ct_spark_guarded", run_id)
+    assert dep.wait_run("ct_spark_unguarded", run_id) == "failed"
+    for dag_id in ("ct_spark_guarded", "ct_spark_unguarded"):
+        assert calls(dep, dag_id) == {0: 2}, "try 1 died, try 2 was Airflow's retry"
+    assert (dep.root / "ct_spark_guarded" / "part-00000.txt").read_text() == "written by try 2"
+    assert not (dep.root / "ct_spark_unguarded").exists()
+    guarded = dep.task_log("ct_spark_guarded", run_id, "insert_overwrite", 2)
+    assert "ensure-target before try 2 of insert_overwrite" in guarded and "was missing: created it" in guarded
+    assert "Path does not exist" in dep.task_log("ct_spark_unguarded", run_id, "insert_overwrite", 2)

@@ -78,11 +78,13 @@ def test_commit_status_tab_in_a_real_browser(deployment, committed_run):
             "--disable-sync", "--no-first-run", "--disable-quic"])
         context = browser.new_context(viewport={"width": 1400, "height": 1000})
         context.add_cookies([{"name": "_token", "value": token, "url": deployment.base}])
+        context.set_default_timeout(300_000)  # a bound for a loaded machine, not a wait: nothing races here
         page = context.new_page()
         t0 = time.monotonic()
         page.goto(f"{deployment.base}/dags/{DAG}/runs/{RUN}/plugin/commit-status")
         frame = None
-        for _ in range(60):  # the tab embeds the plugin page in an iframe
+        deadline = t0 + 300
+        while time.monotonic() < deadline:  # the tab embeds the plugin page in an iframe
             frame = next((f for f in page.frames if "/commit-status/dags/" in f.url), None)
             if frame is not None and frame.query_selector("[data-testid=total-rows]"):
                 break
