@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 from . import records
+from .attempts import COMMITTING, FAILED, AttemptLedger
 from .errors import (
     CommitDenied,
     CommitProtocolError,
@@ -46,8 +47,8 @@ from .errors import (
     JobNotSetUp,
 )
 from .faults import inject
-from .layout import COMMITS, SUCCESS, TEMPORARY, JobLayout, check_job_id
-from .paths import check_partition_key, check_relative, is_hidden, partition_of
+from .layout import COMMITS, SUCCESS, TEMPORARY, JobLayout, check_job_id, parse_attempt_name
+from .paths import check_partition_key, check_relative, is_hidden, join, partition_of
 from .store import Store, store_for
 
 MODES = ("error", "append", "overwrite", "dynamic")
@@ -102,6 +103,18 @@ class TaskAttemptContext:
     @property
     def name(self) -> str:
         return self.work_dir.rsplit("/", 1)[-1]
+
+
+def marker_dirs_above(paths: Iterable[str]) -> set[str]:
+    """Every directory whose subtree holds one of *paths*, the root (``""``) included: the directories whose
+    ``_SUCCESS`` stops telling the truth when one of those files appears or goes."""
+    dirs = {""}
+    for path in paths:
+        head = partition_of(path)
+        while head and head not in dirs:
+            dirs.add(head)
+            head = partition_of(head)
+    return dirs
 
 
 def _check_number(value: Any, what: str) -> int:
@@ -217,6 +230,7 @@ class FileOutputCommitter(OutputCommitter):
         self.commit_threads = commit_threads or self.store.default_commit_threads
         self.labels = dict(labels or {})
         self.layout = JobLayout(self.job_id)
+        self.ledger = AttemptLedger(self.store, self.layout)
 
     # ------------------------------------------------------------------ records
     @property
@@ -271,8 +285,11 @@ class FileOutputCommitter(OutputCommitter):
     def _plan(self, job: Mapping[str, Any]) -> dict[str, Any] | None:
         return records.read(self.store, self.layout.plan(job["job_uuid"]), "commit-plan")
 
-    def _task_record(self, app: int, task: int) -> dict[str, Any] | None:
-        return records.read(self.store, self.layout.task_record(app, task), "task-commit")
+    def _task_record(self, app: int, task: int, job_uuid: str) -> dict[str, Any] | None:
+        """The task's commit record in application attempt *app*, if it belongs to generation *job_uuid*: a zombie
+        of a purged generation may have written one into a directory a later generation reuses."""
+        rec = records.read(self.store, self.layout.task_record(app, task), "task-commit")
+        return rec if rec is not None and rec["job_uuid"] == job_uuid else None
 
     def _visible_files(self) -> set[str]:
         """Data files readers would see (names starting with ``_`` or ``.`` excluded)."""
@@ -328,6 +345,8 @@ class FileOutputCommitter(OutputCommitter):
             first_app = int(log["app_attempt"]) + 1
             replaces = {"job_uuid": log["job_uuid"], "generation": log["generation"],
                         "files": [f["path"] for f in log["files"]]}
+        # Never reuse an application attempt directory a zombie of a purged generation may have re-created.
+        first_app = max([first_app] + [int(n) + 1 for n in self.store.list_dir(self.layout.job_dir) if n.isdigit()])
         if self.mode == "error":
             self._check_empty(set(replaces["files"]) if replaces else set())
         self.store.ensure_root()
@@ -350,34 +369,51 @@ class FileOutputCommitter(OutputCommitter):
 
     # ------------------------------------------------------------------ task attempts
     def setup_task(self, task: int, attempt: int) -> TaskAttemptContext:
-        """Create the work directory of one task attempt in the current application attempt."""
+        """Create the work directory of one task attempt in the current application attempt.
+
+        The attempt leaves a trace first (see :mod:`.attempts`), and every earlier attempt of the task in this
+        application attempt that has neither committed nor been recorded failed is recorded failed now and its
+        files removed: a new Airflow try means the earlier one was killed or lost, and if it is in fact a zombie
+        still running, it can no longer commit. Attempt numbers must grow (Airflow's try numbers do).
+        """
         _check_number(task, "task")
         _check_number(attempt, "attempt")
         job = self._require_job()
         app = self.current_app_attempt(job)
-        work_dir = self.layout.attempt_dir(app, task, attempt)
-        self.store.makedirs(work_dir)
+        ta = TaskAttemptContext(self.job_id, job["job_uuid"], app, task, attempt,
+                                self.layout.attempt_dir(app, task, attempt))
+        self.ledger.start(app, task, attempt)
+        for trace in self.ledger.traces(app, task):
+            if trace.attempt < attempt and trace.fate is None:
+                self._fail_and_discard(app, task, trace.attempt)
+        self.store.makedirs(ta.work_dir)
         inject("setup_task.after_dir")
-        return TaskAttemptContext(self.job_id, job["job_uuid"], app, task, attempt, work_dir)
+        return ta
+
+    def _fail_and_discard(self, app: int, task: int, attempt: int) -> bool:
+        """Record the attempt failed, then remove its files; ``False`` (nothing removed) when it had claimed its
+        commit first: a commit in flight is never emptied."""
+        if self.ledger.claim(app, task, attempt, FAILED) != FAILED:
+            return False
+        self._discard_dir(self.layout.attempt_dir(app, task, attempt))
+        return True
 
     def needs_task_commit(self, ta: TaskAttemptContext) -> bool:
         """Every attempt needs a commit record, even with no files (job commit counts tasks, I3); ``False``
         only when this very attempt is already recorded as the task's committer."""
-        rec = self._task_record(ta.app_attempt, ta.task)
+        rec = self._task_record(ta.app_attempt, ta.task, ta.job_uuid)
         return not (rec is not None and rec["attempt"] == ta.attempt)
 
-    def _claim(self, ta: TaskAttemptContext, state: str) -> str:
-        """Exclusively set this attempt's claim to *state*; return the claim that holds (ours or the earlier one)."""
-        rel = self.layout.attempt_claim(ta.app_attempt, ta.task, ta.attempt)
-        if self.store.create_exclusive(rel, state.encode()):
-            return state
-        return self.store.read_bytes(rel).decode()
-
-    def commit_task(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None = None) -> dict[str, Any]:
+    def commit_task(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None = None, *,
+                    sizes: Mapping[str, int] | None = None) -> dict[str, Any]:
         """Commit one task attempt, or raise :class:`CommitDenied` after removing its files.
 
-        The decision is the exclusive creation of the task commit record; everything after it (rename, moves) is
-        an effect any later party can finish from the record. Asking again as the winner returns the record.
+        *rows* and *sizes* are what the writer reports (file -> rows, file -> bytes; :class:`TaskAttemptWriter`
+        keeps both): every reported file must be in the attempt's directory with that size, or the commit is
+        refused and the attempt recorded failed, so an attempt whose files someone removed cannot commit an empty
+        or partial record. The decision is the exclusive creation of the task commit record, after the attempt's
+        fate was claimed ``committing``; everything after it (rename, moves) is an effect any later party can
+        finish from the record. Asking again as the winner returns the record.
         """
         inject("commit_task.before_record")
         job = self._require_job()
@@ -387,7 +423,7 @@ class FileOutputCommitter(OutputCommitter):
                                f"{job['job_uuid']}; its files were removed", task=ta.task, attempt=ta.attempt)
         plan = self._plan(job)
         if plan is not None:
-            rec = self._task_record(plan["app_attempt"], ta.task) if ta.task in plan["tasks"] else None
+            rec = self._task_record(plan["app_attempt"], ta.task, ta.job_uuid) if ta.task in plan["tasks"] else None
             if rec is not None and rec["attempt"] == ta.attempt and rec["app_attempt"] == ta.app_attempt:
                 return rec
             self._discard_attempt(ta)
@@ -401,20 +437,23 @@ class FileOutputCommitter(OutputCommitter):
             raise CommitDenied(f"task attempt {ta.name} belongs to application attempt {ta.app_attempt}, the job "
                                f"is now in application attempt {current}; its files were removed",
                                task=ta.task, attempt=ta.attempt)
-        if self._claim(ta, "committing") == "failed":
+        if self.ledger.claim(ta.app_attempt, ta.task, ta.attempt, COMMITTING) == FAILED:
+            # whoever recorded it failed removes its files (or has); removing them again is harmless
             self._discard_attempt(ta)
-            raise CommitDenied(f"task attempt {ta.name} was recorded as failed and cannot commit; its files were "
-                               "removed", task=ta.task, attempt=ta.attempt, attempt_failed=True)
+            raise CommitDenied(f"task attempt {ta.name} was recorded as failed (by its own abort, a newer try of "
+                               "the task, or the failed run's teardown) and cannot commit; its files were removed",
+                               task=ta.task, attempt=ta.attempt, attempt_failed=True)
         rec_path = self.layout.task_record(ta.app_attempt, ta.task)
-        existing = self._task_record(ta.app_attempt, ta.task)
+        existing = self._task_record(ta.app_attempt, ta.task, ta.job_uuid)
         if existing is None:
-            body = self._new_task_record(ta, rows)
+            body = self._new_task_record(ta, rows, sizes)
             if self.store.create_exclusive(rec_path, records.dumps("task-commit", body)):
                 existing = records.loads("task-commit", records.dumps("task-commit", body), rec_path)
                 inject("commit_task.after_record")
             else:
-                existing = self._task_record(ta.app_attempt, ta.task)
-        assert existing is not None
+                existing = self._task_record(ta.app_attempt, ta.task, ta.job_uuid)
+        if existing is None:
+            raise CorruptRecord(f"task record {self.store.url(rec_path)} belongs to another job generation")
         self._complete_task_commit(existing)
         if existing["attempt"] != ta.attempt or existing.get("recovered_from_app") is not None:
             self._discard_attempt(ta)
@@ -436,8 +475,8 @@ class FileOutputCommitter(OutputCommitter):
     def _discard_dir(self, work_dir: str) -> None:
         self.store.delete_tree(work_dir)
 
-    def _new_task_record(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None) -> dict[str, Any]:
-        rows = dict(rows or {})
+    def _attempt_files(self, ta: TaskAttemptContext, rows: Mapping[str, int | None]) -> list[dict[str, Any]]:
+        """The files an attempt holds, as record entries (path, size, rows, task)."""
         files = []
         for rel, size in sorted(self.store.list_files(ta.work_dir)):
             if is_hidden(rel):
@@ -446,6 +485,24 @@ class FileOutputCommitter(OutputCommitter):
             if n is None and rel.endswith(".parquet"):
                 n = self._parquet_rows(f"{ta.work_dir}/{rel}")
             files.append({"path": rel, "size": size, "rows": n, "task": ta.task})
+        return files
+
+    def _new_task_record(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None,
+                         sizes: Mapping[str, int] | None) -> dict[str, Any]:
+        files = self._attempt_files(ta, dict(rows or {}))
+        held = {f["path"]: f["size"] for f in files}
+        reported = {**{rel: None for rel in rows or {}}, **dict(sizes or {})}
+        wrong = sorted(rel for rel, size in reported.items()
+                       if rel not in held or (size is not None and held[rel] != size))
+        if wrong:
+            self.ledger.overrule(ta.app_attempt, ta.task, ta.attempt)
+            self._discard_attempt(ta)
+            shown = ", ".join(f"{rel} ({'missing' if rel not in held else f'{held[rel]} bytes, not {reported[rel]}'})"
+                              for rel in wrong[:5])
+            raise CommitDenied(f"task attempt {ta.name} reported {len(reported)} file(s) but its directory does not "
+                               f"hold {len(wrong)} of them as written: {shown}. Something removed or changed them "
+                               "(a teardown, a cleanup, a newer try); the attempt is recorded failed and cannot "
+                               "commit", task=ta.task, attempt=ta.attempt, attempt_failed=True)
         # v1 moves the files into the application attempt's _committed directory where a move is a rename (see
         # layout); on object stores (a move copies every byte) the record alone commits, and job commit copies
         # the data once.
@@ -473,14 +530,21 @@ class FileOutputCommitter(OutputCommitter):
         # Move what is still in the attempt directory (one listing, not one request per file: on S3 a finished
         # task commit then costs a single LIST to check again): v2 to the final names, v1 into _committed.
         remaining = {rel for rel, _ in self.store.list_files(src)}
-        for f in rec["files"]:
-            if f["path"] not in remaining:
-                continue
+        moves = [f for f in rec["files"] if f["path"] in remaining]
+        if moves and not data_dir:
+            # v2 makes files visible here: first withdraw every marker that would stop telling the truth (I9)
+            self._withdraw_markers(marker_dirs_above(f["path"] for f in moves))
+        for f in moves:
             if self._move_once(f"{src}/{f['path']}", f"{data_dir}/{f['path']}" if data_dir else f["path"],
                                f["size"], replace=self.algorithm == 2):
                 inject("commit_task.mid_move")
         if remaining:
             self.store.delete_tree(src)
+
+    def _withdraw_markers(self, dirs: Iterable[str]) -> None:
+        """Delete the ``_SUCCESS`` of each directory (missing ones are fine): before the visible files under a
+        marker change, the marker goes, so that no reader trusts a marker that describes another directory."""
+        self.store.delete_files([join(d, SUCCESS) for d in sorted(set(dirs))])
 
     def _move_once(self, src: str, dst: str, size: int | None = None, replace: bool = True) -> bool:
         """Move *src* to *dst* unless that already happened (earlier run, or a concurrent completer).
@@ -510,7 +574,7 @@ class FileOutputCommitter(OutputCommitter):
         Returns ``False`` and changes nothing when the attempt had already started to commit (its claim is
         ``committing``): a commit in flight wins over a late abort, and a denied commit removes its own files.
         """
-        if self._claim(ta, "failed") != "failed":
+        if self.ledger.claim(ta.app_attempt, ta.task, ta.attempt, FAILED) != FAILED:
             return False
         inject("abort_task.after_marker")
         self._discard_attempt(ta)
@@ -531,13 +595,13 @@ class FileOutputCommitter(OutputCommitter):
         return self._recover(job, app, task)
 
     def _recover(self, job: Mapping[str, Any], app: int, task: int) -> dict[str, Any] | None:
-        rec = self._task_record(app, task)
+        rec = self._task_record(app, task, job["job_uuid"])
         if rec is not None:
             return rec
         for old_app in self._app_attempts(job):
             if old_app >= app:
                 continue
-            old = self._task_record(old_app, task)
+            old = self._task_record(old_app, task, job["job_uuid"])
             if old is None:
                 continue
             self._complete_task_commit(old)
@@ -548,19 +612,17 @@ class FileOutputCommitter(OutputCommitter):
                        "recovered": records.now_iso()}
             self.store.create_exclusive(self.layout.task_record(app, task), records.dumps("task-commit", adopted))
             inject("recover_task.after_record")
-            return self._task_record(app, task)
+            return self._task_record(app, task, job["job_uuid"])
         return None
 
     # ------------------------------------------------------------------ job commit
     def _registered_tasks(self, job: Mapping[str, Any]) -> set[int]:
         tasks: set[int] = set()
         for app in self._app_attempts(job):
-            for name in self.store.list_dir(f"{self.layout.app_dir(app)}/_commits"):
+            for name in self.store.list_dir(self.layout.commits_dir(app)):
                 if name.startswith("task_") and name.endswith(".json"):
                     tasks.add(int(name[5:-5]))
-            for name in self.store.list_dir(f"{self.layout.app_dir(app)}/{TEMPORARY}"):
-                if name.startswith("attempt_"):
-                    tasks.add(int(name.split("_")[1]))
+            tasks.update(trace.task for trace in self.ledger.traces(app))
         return tasks
 
     def commit_job(self, expected_tasks: int | Iterable[int] | None = None) -> dict[str, Any]:
@@ -577,7 +639,7 @@ class FileOutputCommitter(OutputCommitter):
             log = self.commit_log()
             if log is None:
                 raise JobNotSetUp(f"job {self.job_id} was never set up at {self.store.url()}")
-            return self._ensure_success(log)
+            return self._committed_manifest(log)
         self._check_config(job)
         plan = self._plan(job)
         resumed = plan is not None
@@ -592,7 +654,7 @@ class FileOutputCommitter(OutputCommitter):
         """The task records a plan fixed (records in an application attempt are never rewritten)."""
         recs = []
         for task in plan["tasks"]:
-            rec = self._task_record(plan["app_attempt"], task)
+            rec = self._task_record(plan["app_attempt"], task, plan["job_uuid"])
             if rec is None:
                 raise CorruptRecord(f"job {self.job_id}: the commit plan names task {task}, whose record "
                                     f"{self.store.url(self.layout.task_record(plan['app_attempt'], task))} is gone")
@@ -641,12 +703,13 @@ class FileOutputCommitter(OutputCommitter):
         clock.end("recovery")
         replaced = set((job.get("replaces") or {}).get("files", []))
         replace_files = set(job.get("replace_files") or [])  # e.g. the small files a compaction merged
-        # The output is listed only when something depends on it: v2 in append mode, say, has its own files there
-        # already and nothing to check or delete.
-        listing_needed = self.mode != "append" or self.algorithm == 1 or bool(replaced or replace_files)
-        visible = self._visible_files() if listing_needed else set()
+        visible = self._visible_files()
+        # v2: visible files of this generation that no planned record lists (a zombie's late task commit after the
+        # teardown, a v2 abort that crashed between a record and its files) are strays: remove them.
+        strays = {p for p in visible - set(dsts) if job["job_uuid"] in p.rsplit("/", 1)[-1]} \
+            if self.algorithm == 2 else set()
         if self.mode == "error":
-            self._check_empty(replaced | set(dsts), visible)
+            self._check_empty(replaced | set(dsts) | strays, visible)
         deletions: set[str] = set()
         if self.mode == "overwrite":
             deletions = set(visible)
@@ -658,13 +721,17 @@ class FileOutputCommitter(OutputCommitter):
             if clobbered:
                 raise InvalidOutputSpec(f"{self.mode} would replace existing file(s) {clobbered[:5]} in "
                                         f"{self.store.url()}; nothing was changed")
-        deletions |= (replaced | replace_files) & visible
+        deletions |= ((replaced | replace_files) & visible) | strays
         deletions -= set(dsts)
+        withdraw = marker_dirs_above(set(dsts) | deletions)
+        if self.mode == "overwrite":
+            withdraw |= set(self.store.marker_dirs(SUCCESS))
         winners = {(r.get("original_app_attempt", r["app_attempt"]), r["task"]): r["attempt"] for r in recs.values()}
         history = {str(t): h for t, h in self._attempt_history(job, winners).items()
                    if h["failed_attempts"] or h["denied_attempts"]}
         plan = {"job_id": self.job_id, "job_uuid": job["job_uuid"], "app_attempt": app, "started": started,
-                "tasks": tasks, "deletions": sorted(deletions), "attempt_history": history}
+                "tasks": tasks, "deletions": sorted(deletions), "withdraw": sorted(withdraw),
+                "attempt_history": history}
         if not self.store.create_exclusive(self.layout.plan(job["job_uuid"]), records.dumps("commit-plan", plan)):
             # a concurrent job commit fixed its plan first: follow that one
             stored = self._plan(job)
@@ -675,6 +742,10 @@ class FileOutputCommitter(OutputCommitter):
 
     def _execute(self, job: Mapping[str, Any], plan: Mapping[str, Any], recs: list[dict[str, Any]],
                  clock: StageClock, resumed: bool) -> dict[str, Any]:
+        # I9: every marker above a file this commit adds or deletes goes before the first such change; the plan
+        # names them, so a resumed commit withdraws them again (idempotent) before it continues.
+        self._withdraw_markers(plan.get("withdraw", [""]))
+        inject("commit_job.after_withdraw")
         replace_first = bool(job.get("replace_first"))
         if replace_first:
             self._delete_old(plan["deletions"])
@@ -703,14 +774,21 @@ class FileOutputCommitter(OutputCommitter):
         self.store.write_bytes(self.layout.commit_log, records.dumps("commit-log", {**manifest, "history": history},
                                                                      files=files))
         inject("commit_job.after_commit_log")
-        if self.mode == "dynamic":
-            self._write_partition_markers(manifest, file_list)
         clock.end("commit_log")
+        # Markers list what is visible under them now: the job's files, and under "retained" the other files kept
+        # (another job's, another partition's), so that a reader that trusts the marker reads exactly its list.
+        visible = dict(self.store.list_files("", visible_only=True))
+        ours = {f["path"] for f in file_list}
+        if self.mode == "dynamic":
+            self._write_partition_markers(manifest, file_list, visible, ours)
+        retained = [{"path": p, "size": visible[p]} for p in sorted(visible) if p not in ours]
+        manifest["diagnostics"]["retained_files"] = len(retained)
         costs = clock.summary()
         manifest["durations"] = costs["durations"]
         manifest["diagnostics"].update(requests=costs["requests"], bytes_copied=costs["bytes_copied"],
                                        directories_renamed=directories_renamed)
-        self.store.write_bytes(SUCCESS, records.dumps("success", manifest, files=files))
+        self.store.write_bytes(SUCCESS, records.dumps("success", manifest, files=files,
+                                                      retained=records.encode(retained)))
         inject("commit_job.after_success")
         # Cleanup only deletes, and only under _temporary: readers never look there, and a crash from here on is
         # finished from the commit log. The job record goes first: without it (and with the commit log) the
@@ -850,27 +928,31 @@ class FileOutputCommitter(OutputCommitter):
                             "warnings": warnings, "pid": os.getpid()},
         }
 
-    def _write_partition_markers(self, manifest: Mapping[str, Any], file_list: list[dict[str, Any]]) -> None:
+    def _write_partition_markers(self, manifest: Mapping[str, Any], file_list: list[dict[str, Any]],
+                                 visible: Mapping[str, int], ours: set[str]) -> None:
+        """Dynamic mode: each partition the job wrote gets its own ``_SUCCESS`` (downstream DAGs wait for one day,
+        not the whole table), listing that partition's files."""
         by_part: dict[str, list[dict[str, Any]]] = {}
         for f in file_list:
             by_part.setdefault(partition_of(f["path"]), []).append(f)
         for part, files in by_part.items():
             if not part:
                 continue
-            doc = {**manifest, "partition": part, "files": files, "partitions": [part],
+            retained = [{"path": p, "size": size} for p, size in sorted(visible.items())
+                        if p.startswith(part + "/") and p not in ours]
+            doc = {**manifest, "partition": part, "files": files, "partitions": [part], "retained": retained,
                    "totals": {"files": len(files), "bytes": sum(f["size"] for f in files),
                               "rows": sum(f["rows"] or 0 for f in files), "tasks": len({f["task"] for f in files}),
                               "partitions": 1}}
             self.store.write_bytes(f"{part}/{SUCCESS}", records.dumps("success", doc))
 
-    def _ensure_success(self, log: Mapping[str, Any]) -> dict[str, Any]:
-        """Job already committed and cleaned up: make sure ``_SUCCESS`` was written (a crash may have come first)."""
-        manifest = {k: v for k, v in log.items() if k not in ("format", "version", "history")}
-        current = records.read(self.store, SUCCESS, "success")
-        if current is None or (current.get("job_id"), current.get("job_uuid")) == (self.job_id, log["job_uuid"]) \
-                or str(current.get("finished", "")) <= str(log["finished"]):
-            self.store.write_bytes(SUCCESS, records.dumps("success", manifest))
-        return manifest
+    def _committed_manifest(self, log: Mapping[str, Any]) -> dict[str, Any]:
+        """Job already committed and cleaned up: its manifest, from the commit log.
+
+        Nothing is written: ``_SUCCESS`` was written before the job record went, and if it is gone now a later job
+        withdrew it; writing it back would describe a directory that has changed since (I9).
+        """
+        return {k: v for k, v in log.items() if k not in ("format", "version", "history")}
 
     def committed_task_record(self, task: int) -> dict[str, Any]:
         """A committed job's record of one task, rebuilt from the commit log (the live records are cleaned up)."""
@@ -902,9 +984,8 @@ class FileOutputCommitter(OutputCommitter):
         plan = self._plan(job)
         tasks: dict[int, dict[str, Any]] = {}
         for a in sorted(apps):
-            for name in self.store.list_dir(f"{self.layout.app_dir(a)}/_commits"):
-                rec = records.read(self.store, f"{self.layout.app_dir(a)}/_commits/{name}", "task-commit")
-                if rec is not None and (a == app or rec["task"] not in tasks):
+            for rec in self._app_records(a, job["job_uuid"]):
+                if a == app or rec["task"] not in tasks:
                     tasks[rec["task"]] = {"task": rec["task"], "attempt": rec["attempt"], "app_attempt": a,
                                           "recovered_from_app": rec.get("recovered_from_app"),
                                           "files": len(rec["files"]), "rows": sum(f.get("rows") or 0
@@ -914,7 +995,7 @@ class FileOutputCommitter(OutputCommitter):
         for t, hist in attempts.items():
             tasks.setdefault(t, {"task": t, "attempt": None, "app_attempt": None, "files": 0, "rows": 0,
                                  "bytes": 0, "current": False}).update(hist)
-        aborted = records.read(self.store, f"{self.layout.app_dir(app)}/_aborted.json", "abort")
+        aborted = records.read(self.store, self.layout.abort_record(app), "abort")
         state = "committing" if plan is not None else ("failed" if aborted else "running")
         return {"job_id": self.job_id, "state": state, "job_uuid": job["job_uuid"],
                 "generation": job["generation"], "app_attempt": app, "committer": self.committer_name,
@@ -922,43 +1003,56 @@ class FileOutputCommitter(OutputCommitter):
                 "labels": job.get("labels", {}), "aborted": aborted,
                 "tasks": [tasks[t] for t in sorted(tasks)]}
 
+    def _app_records(self, app: int, job_uuid: str) -> list[dict[str, Any]]:
+        """Every task commit record of one application attempt (of generation *job_uuid*)."""
+        out = []
+        for name in self.store.list_dir(self.layout.commits_dir(app)):
+            if name.startswith("task_") and name.endswith(".json") and name[5:-5].isdigit():
+                rec = self._task_record(app, int(name[5:-5]), job_uuid)
+                if rec is not None:
+                    out.append(rec)
+        return out
+
     def _attempt_history(self, job: Mapping[str, Any], winners: Mapping[tuple[int, int], int] | None = None
                          ) -> dict[int, dict[str, list[str]]]:
-        """Per task, the attempts that failed or were denied (``<app>.<try>``), from the attempt claims.
+        """Per task, the attempts that failed, were denied, or are unfinished (``<app>.<try>``).
 
-        *winners* maps ``(application attempt, task)`` to the committed attempt when the caller has the records
-        already (job commit); otherwise every record is read.
+        ``failed``: recorded failed (aborted, fenced by a newer try, removed by the teardown); ``denied``: claimed
+        its commit and lost to another attempt; ``unfinished``: set up, with no fate yet (running, or killed and
+        not yet seen by a newer try). *winners* maps ``(application attempt, task)`` to the committed attempt when
+        the caller has the records already (job commit); otherwise every record is read.
         """
         out: dict[int, dict[str, list[str]]] = {}
         apps = self._app_attempts(job)
         if winners is None:
-            winners = {}
-            for a in apps:
-                for name in self.store.list_dir(f"{self.layout.app_dir(a)}/_commits"):
-                    rec = records.read(self.store, f"{self.layout.app_dir(a)}/_commits/{name}", "task-commit")
-                    if rec is not None and rec.get("recovered_from_app") is None:
-                        winners[(a, rec["task"])] = rec["attempt"]
+            winners = {(a, rec["task"]): rec["attempt"] for a in apps for rec in self._app_records(a, job["job_uuid"])
+                       if rec.get("recovered_from_app") is None}
         for a in apps:
-            claims = f"{self.layout.app_dir(a)}/_attempts"
-            for name in self.store.list_dir(claims):
-                _, task, attempt = name.split("_")
-                hist = out.setdefault(int(task), {"failed_attempts": [], "denied_attempts": []})
-                if winners.get((a, int(task))) == int(attempt):
-                    continue  # the winner's claim says "committing": no need to read it (one read less per task)
-                state = self.store.read_bytes(f"{claims}/{name}").decode()
-                if state == "failed":
-                    hist["failed_attempts"].append(f"{a}.{int(attempt)}")
-                elif winners.get((a, int(task))) != int(attempt):
-                    hist["denied_attempts"].append(f"{a}.{int(attempt)}")
+            known = {(t, at): COMMITTING for (wa, t), at in winners.items() if wa == a}
+            for trace in self.ledger.traces(a, known=known):
+                hist = out.setdefault(trace.task, {"failed_attempts": [], "denied_attempts": [],
+                                                   "unfinished_attempts": []})
+                name = f"{a}.{trace.attempt}"
+                if winners.get((a, trace.task)) == trace.attempt:
+                    continue
+                if trace.fate == FAILED:
+                    hist["failed_attempts"].append(name)
+                elif trace.fate == COMMITTING:
+                    hist["denied_attempts"].append(name)
+                else:
+                    hist["unfinished_attempts"].append(name)
         return out
 
     # ------------------------------------------------------------------ abort
     def abort_job(self, *, keep_committed: bool = False) -> dict[str, Any]:
         """Remove this job's uncommitted work, leaving the target as it was before the job.
 
-        With *keep_committed*, tasks committed with algorithm 1 stay (hidden under ``_temporary``) for a later
-        application attempt to recover: a failed DAG run that is cleared then recomputes only what is missing.
-        v2 tasks cannot be kept: their files were visible, and are removed with their records.
+        Every uncommitted attempt is first recorded failed (I10), so a zombie of it can never commit afterwards;
+        an attempt that had already claimed its commit is left alone (its commit may still finish, and then counts).
+        With *keep_committed*, tasks committed with algorithm 1 (and magic) stay, hidden under ``_temporary``, for
+        a later application attempt to recover: a failed DAG run that is cleared then recomputes only what is
+        missing. v2 tasks cannot be kept: their files were visible; each is recorded failed, its record removed,
+        then its files, and the directories that empties.
 
         Refuses (returns ``state="committing"``) once a job commit has fixed its plan: from then on only rolling
         forward is safe, and the next ``commit_job`` finishes the commit. Never touches another job's work.
@@ -970,42 +1064,38 @@ class FileOutputCommitter(OutputCommitter):
         if self._plan(job) is not None:
             return {"job_id": self.job_id, "state": "committing", "aborted": False}
         apps = self._app_attempts(job)
-        removed_visible = 0
+        removed_visible: list[str] = []
         kept: list[int] = []
-        kept_dirs: set[str] = set()
         kept_uploads: set[str] = set()
         for app in apps:
-            commits = f"{self.layout.app_dir(app)}/_commits"
-            for name in self.store.list_dir(commits):
-                rec = records.read(self.store, f"{commits}/{name}", "task-commit")
-                if rec is None:
-                    continue
+            committed: set[tuple[int, int]] = set()
+            for rec in self._app_records(app, job["job_uuid"]):
+                if rec.get("recovered_from_app") is not None:
+                    continue  # points at an earlier application attempt's record, handled there
                 if self.algorithm == 2:
-                    for f in rec["files"] if rec.get("recovered_from_app") is None else []:
-                        if self.store.exists(f["path"]):
-                            self.store.delete_file(f["path"])
-                            removed_visible += 1
-                elif keep_committed:
+                    removed_visible += self._withdraw_v2_commit(rec)
+                    continue
+                committed.add((rec["task"], rec["attempt"]))
+                if keep_committed:
                     self._complete_task_commit(rec)  # its data must leave the attempt directory before that goes
                     kept.append(rec["task"])
-                    kept_dirs.update((rec["data_dir"], rec["work_dir"]))
                     kept_uploads.update(f["upload_id"] for f in rec["files"] if "upload_id" in f)
             if keep_committed:
-                if self.algorithm == 2:
-                    self.store.delete_tree(commits)
-                work = f"{self.layout.app_dir(app)}/{TEMPORARY}"
-                for name in self.store.list_dir(work):
-                    if f"{work}/{name}" not in kept_dirs:  # on object stores committed data stays in place
-                        self._discard_dir(f"{work}/{name}")
-                inject("abort_job.mid_delete")
-        removed_visible += self._abort_external(job, kept_uploads if keep_committed else set())
+                for task, attempt in sorted(self._attempts_with_trace(app) - committed):
+                    self._fail_and_discard(app, task, attempt)
+                    inject("abort_job.mid_delete")
+        removed_visible += self._sweep_v2_strays(job)
+        removed = len(removed_visible) + self._abort_external(job, kept_uploads if keep_committed else set())
         if keep_committed:
             if apps:
-                self.store.write_bytes(f"{self.layout.app_dir(apps[0])}/_aborted.json", records.dumps(
-                    "abort", {"at": records.now_iso(), "kept_committed_tasks": sorted(set(kept))}))
+                self.store.write_bytes(self.layout.abort_record(apps[0]), records.dumps(
+                    "abort", {"at": records.now_iso(), "kept_committed_tasks": sorted(set(kept)),
+                              "visible_files_removed": len(removed_visible)}))
             inject("abort_job.after_delete")
             return {"job_id": self.job_id, "state": "aborted", "aborted": True, "app_attempts": sorted(apps),
-                    "kept_committed_tasks": sorted(set(kept)), "visible_files_removed": removed_visible}
+                    "kept_committed_tasks": sorted(set(kept)), "visible_files_removed": removed}
+        # purge: the generation dies with its job record; a zombie that commits afterwards finds no job (or a new
+        # generation, whose records it cannot join)
         for name in sorted(self.store.list_dir(self.layout.job_dir)):
             if name.isdigit():
                 self.store.delete_tree(self.layout.app_dir(int(name)))
@@ -1015,7 +1105,40 @@ class FileOutputCommitter(OutputCommitter):
         self.store.remove_dir_if_empty(TEMPORARY)
         inject("abort_job.after_delete")
         return {"job_id": self.job_id, "state": "aborted", "aborted": True, "app_attempts": sorted(apps),
-                "kept_committed_tasks": [], "visible_files_removed": removed_visible}
+                "kept_committed_tasks": [], "visible_files_removed": removed}
+
+    def _attempts_with_trace(self, app: int) -> set[tuple[int, int]]:
+        """``(task, attempt)`` of every attempt of an application attempt with a trace: a ``.started`` mark, a
+        fate, or a work directory (an attempt set up by an older version of this package has only that)."""
+        found = {(t.task, t.attempt) for t in self.ledger.traces(app)}
+        for name in self.store.list_dir(self.layout.work_root(app)):
+            key = parse_attempt_name(name)
+            if key is not None:
+                found.add(key)
+        return found
+
+    def _withdraw_v2_commit(self, rec: Mapping[str, Any]) -> list[str]:
+        """Undo one v2 task commit: the attempt is recorded failed, its record removed (nobody recovers it from
+        now on), then its visible files and the directories that empties. A crash in between leaves visible files
+        of this generation without a record: the next commit or abort sweeps them (:meth:`_sweep_v2_strays`)."""
+        self.ledger.overrule(rec["app_attempt"], rec["task"], rec["attempt"])
+        self.store.delete_file(self.layout.task_record(rec["app_attempt"], rec["task"]))
+        paths = [f["path"] for f in rec["files"]]
+        present = set(paths) - set(self.store.missing(paths))
+        self._withdraw_markers(marker_dirs_above(present))
+        self._delete_old(sorted(present))
+        self.store.delete_tree(rec["work_dir"])
+        return sorted(present)
+
+    def _sweep_v2_strays(self, job: Mapping[str, Any]) -> list[str]:
+        """v2: remove visible files of this generation that no record lists (see :meth:`_withdraw_v2_commit`)."""
+        if self.algorithm != 2:
+            return []
+        strays = sorted(p for p in self._visible_files() if job["job_uuid"] in p.rsplit("/", 1)[-1])
+        if strays:
+            self._withdraw_markers(marker_dirs_above(strays))
+            self._delete_old(strays)
+        return strays
 
 
 def read_success_marker(path: Any, *, fs: Any = None, storage_options: dict[str, Any] | None = None,
@@ -1044,15 +1167,26 @@ def read_success_marker(path: Any, *, fs: Any = None, storage_options: dict[str,
                             "airflow-commit-provider") from exc
     manifest = records.validate_success(doc, where)
     if verify_files:
-        # A partition's _SUCCESS lists paths from the output root; its own directory is the partition.
-        base = manifest.get("partition") or ""
-        sizes = dict(store.list_files("", visible_only=True))
-        for f in manifest["files"]:
-            rel = f["path"][len(base) + 1:] if base else f["path"]
-            if sizes.get(rel) != f["size"]:
-                raise CorruptRecord(f"{where} lists {f['path']} with {f['size']} bytes, but the output has "
-                                    f"{'no such file' if rel not in sizes else str(sizes[rel]) + ' bytes'}")
+        verify_listed_files(store, manifest, where)
     return manifest
+
+
+def verify_listed_files(store: Store, manifest: Mapping[str, Any], where: str) -> None:
+    """I9 as a reader checks it: the visible files under the marker's directory are exactly the files it lists
+    (``files`` and ``retained``), with their sizes; :class:`CorruptRecord` naming the first difference."""
+    base = manifest.get("partition") or ""  # a partition's _SUCCESS lists paths from the output root
+    sizes = dict(store.list_files("", visible_only=True))
+    listed = {}
+    for f in list(manifest["files"]) + list(manifest.get("retained") or []):
+        listed[f["path"][len(base) + 1:] if base else f["path"]] = f
+    for rel, f in listed.items():
+        if sizes.get(rel) != f["size"]:
+            raise CorruptRecord(f"{where} lists {f['path']} with {f['size']} bytes, but the output has "
+                                f"{'no such file' if rel not in sizes else str(sizes[rel]) + ' bytes'}")
+    unlisted = sorted(set(sizes) - set(listed))
+    if unlisted:
+        raise CorruptRecord(f"{where} does not describe its directory: {len(unlisted)} visible file(s) it does not "
+                            f"list, e.g. {unlisted[:3]}")
 
 
 __all__ = [

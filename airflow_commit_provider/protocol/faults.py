@@ -40,6 +40,7 @@ POINTS: tuple[str, ...] = (
     "recover_task.after_record",
     "commit_job.after_recovery",
     "commit_job.after_plan",
+    "commit_job.after_withdraw",
     "commit_job.mid_move",
     "commit_job.after_moves",
     "commit_job.mid_delete",

@@ -7,7 +7,9 @@
     <out>/_temporary/<job>/<app>/_temporary/attempt_<task>_<try>/...  task attempt work directory
     <out>/_temporary/<job>/<app>/_committed/...                       committed tasks' files (algorithm 1, local)
     <out>/_temporary/<job>/<app>/_commits/task_<task>.json            task commit record
-    <out>/_temporary/<job>/<app>/_attempts/attempt_<task>_<try>       attempt claim (committing / failed)
+    <out>/_temporary/<job>/<app>/_attempts/attempt_<task>_<try>       attempt fate (committing / failed, exclusive)
+    <out>/_temporary/<job>/<app>/_attempts/attempt_<task>_<try>.started  the attempt was set up
+    <out>/_temporary/<job>/<app>/_aborted.json                        the failed run's teardown ran
     <out>/_temporary/<job>/_commit_plan_<uuid>.json                   job commit plan
     <out>/_commits/<job>.json                                         job commit log
     <out>/_SUCCESS                                                    manifest, written last
@@ -53,6 +55,14 @@ def attempt_name(task: int, attempt: int) -> str:
     return f"attempt_{task:05d}_{attempt}"
 
 
+def parse_attempt_name(name: str) -> tuple[int, int] | None:
+    """``(task, attempt)`` from :func:`attempt_name`'s form, or ``None`` for any other name."""
+    parts = name.split("_")
+    if len(parts) != 3 or parts[0] != "attempt" or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    return int(parts[1]), int(parts[2])
+
+
 @dataclass(frozen=True)
 class JobLayout:
     """Relative paths of one job's records and directories."""
@@ -82,13 +92,26 @@ class JobLayout:
         return f"{self.app_dir(app)}/_app.json"
 
     def attempt_dir(self, app: int, task: int, attempt: int) -> str:
-        return f"{self.app_dir(app)}/{TEMPORARY}/{attempt_name(task, attempt)}"
+        return f"{self.work_root(app)}/{attempt_name(task, attempt)}"
+
+    def attempts_dir(self, app: int) -> str:
+        return f"{self.app_dir(app)}/_attempts"
 
     def attempt_claim(self, app: int, task: int, attempt: int) -> str:
-        return f"{self.app_dir(app)}/_attempts/{attempt_name(task, attempt)}"
+        return f"{self.attempts_dir(app)}/{attempt_name(task, attempt)}"
+
+    def work_root(self, app: int) -> str:
+        """The directory holding every task attempt's work directory of an application attempt."""
+        return f"{self.app_dir(app)}/{TEMPORARY}"
+
+    def commits_dir(self, app: int) -> str:
+        return f"{self.app_dir(app)}/_commits"
+
+    def abort_record(self, app: int) -> str:
+        return f"{self.app_dir(app)}/_aborted.json"
 
     def committed_dir(self, app: int) -> str:
         return f"{self.app_dir(app)}/_committed"
 
     def task_record(self, app: int, task: int) -> str:
-        return f"{self.app_dir(app)}/_commits/{task_name(task)}.json"
+        return f"{self.commits_dir(app)}/{task_name(task)}.json"

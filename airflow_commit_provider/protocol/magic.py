@@ -25,7 +25,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from . import records
 from .committer import FileOutputCommitter, TaskAttemptContext, parallel
 from .errors import CorruptRecord, StorageCapabilityError
 from .faults import inject
@@ -111,19 +110,26 @@ class MagicCommitter(FileOutputCommitter):
     def open_task_file(self, ta: TaskAttemptContext, rel: str) -> Any:
         return MultipartFile(self.s3, rel, f"{ta.work_dir}/{rel}{PENDING_SUFFIX}", self.part_size)
 
-    def _pending_of(self, work_dir: str) -> list[dict[str, Any]]:
+    def _pending_of(self, work_dir: str, *, missing_ok: bool = False) -> list[dict[str, Any]]:
+        """The attempt's pending-upload descriptions. *missing_ok* for a discard: another party discarding the
+        same attempt at the same time (its own denied commit and a newer try's setup) may remove some first."""
         out = []
         for rel, _size in self.store.list_files(work_dir):
             if rel.endswith(PENDING_SUFFIX):
                 where = f"{work_dir}/{rel}"
                 try:
                     out.append(json.loads(self.store.read_bytes(where)))
-                except (ValueError, FileNotFoundError) as exc:
+                except FileNotFoundError as exc:
+                    if missing_ok:
+                        continue
+                    raise CorruptRecord(f"pending upload record {self.store.url(where)} is unreadable: {exc}") \
+                        from exc
+                except ValueError as exc:
                     raise CorruptRecord(f"pending upload record {self.store.url(where)} is unreadable: {exc}") from exc
         return out
 
-    def _new_task_record(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None) -> dict[str, Any]:
-        rows = dict(rows or {})
+    def _attempt_files(self, ta: TaskAttemptContext, rows: Mapping[str, int | None]) -> list[dict[str, Any]]:
+        """The attempt's pending uploads as record entries: key, upload id, ordered part ETags, size, rows."""
         files = []
         for p in sorted(self._pending_of(ta.work_dir), key=lambda p: p["path"]):
             if p["state"] != "closed":
@@ -131,16 +137,14 @@ class MagicCommitter(FileOutputCommitter):
                                     "every file")
             files.append({"path": p["path"], "size": p["size"], "rows": rows.get(p["path"]), "task": ta.task,
                           "upload_id": p["upload_id"], "parts": p["parts"]})
-        return {"job_id": self.job_id, "job_uuid": ta.job_uuid, "task": ta.task, "attempt": ta.attempt,
-                "app_attempt": ta.app_attempt, "work_dir": ta.work_dir, "data_dir": "",
-                "recovered_from_app": None, "committed": records.now_iso(), "files": files}
+        return files
 
     def _complete_task_commit(self, rec: Mapping[str, Any]) -> None:
         """Nothing to move: the record is the commit."""
 
     def _discard_dir(self, work_dir: str) -> None:
         """Abort the attempt's uploads, then remove its ``.pending`` records."""
-        for p in self._pending_of(work_dir):
+        for p in self._pending_of(work_dir, missing_ok=True):
             self.s3.abort_upload(p["path"], p["upload_id"])
         self.store.delete_tree(work_dir)
 

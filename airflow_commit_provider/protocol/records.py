@@ -106,6 +106,11 @@ def validate_success(doc: Any, where: str) -> dict[str, Any]:
         if not isinstance(entry, dict) or not isinstance(entry.get("path"), str) \
                 or not isinstance(entry.get("size"), int):
             raise CorruptRecord(f"{where}: files[{i}] needs a string 'path' and an integer 'size'")
+    retained = doc.get("retained", [])
+    if not isinstance(retained, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("size"), int)
+            for e in retained):
+        raise CorruptRecord(f"{where}: 'retained' must list entries with a string 'path' and an integer 'size'")
     totals = doc["totals"]
     if totals.get("files") != len(doc["files"]):
         raise CorruptRecord(f"{where}: totals.files={totals.get('files')} but {len(doc['files'])} files are listed")

@@ -88,6 +88,19 @@ class S3Store(FsspecStore):
         self.fs.invalidate_cache()
         return super().list_dir(rel)
 
+    def list_dir_prefix(self, rel: str, prefix: str) -> list[str]:
+        """ListObjectsV2 with the prefix: only the matching names, however many siblings they have."""
+        base = self.key(rel).rstrip("/") + "/" if rel or self.prefix else ""
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": base + prefix, "Delimiter": "/"}
+        out: list[str] = []
+        while True:
+            resp = self._client_call("list_objects_v2", **kwargs)
+            out += [o["Key"][len(base):] for o in resp.get("Contents", [])]
+            out += [p["Prefix"][len(base):].rstrip("/") for p in resp.get("CommonPrefixes", [])]
+            if not resp.get("IsTruncated"):
+                return out
+            kwargs["ContinuationToken"] = resp["NextContinuationToken"]
+
     # ---------------------------------------------------------------- writes
     def create_exclusive(self, rel: str, data: bytes) -> bool:
         self._hook()

@@ -83,6 +83,20 @@ class Store(ABC):
     def list_dir(self, rel: str) -> list[str]:
         """Names of the direct children of *rel* (files and directories). Empty when *rel* is missing."""
 
+    def list_dir_prefix(self, rel: str, prefix: str) -> list[str]:
+        """The names of :meth:`list_dir` that start with *prefix* (object stores ask for just those)."""
+        return [name for name in self.list_dir(rel) if name.startswith(prefix)]
+
+    def marker_dirs(self, name: str) -> list[str]:
+        """Every directory readers see (no hidden component) that holds a file called *name*: the ``_SUCCESS``
+        markers an overwrite must withdraw. ``""`` is the root."""
+        out = []
+        for rel, _ in self.list_files(""):
+            head, _, tail = rel.rpartition("/")
+            if tail == name and not is_hidden(head):
+                out.append(head)
+        return sorted(out)
+
     def missing(self, rels: list[str]) -> list[str]:
         """Those of *rels* that do not exist: one listing per directory involved, not one request per file."""
         by_dir: dict[str, list[str]] = {}
@@ -248,6 +262,22 @@ class LocalStore(Store):
 
     def list_names(self, rel: str) -> list[str]:
         return [name for name, _ in self._walk(rel)]
+
+    def marker_dirs(self, name: str) -> list[str]:
+        out = []
+        stack = [""]
+        while stack:
+            rel = stack.pop()
+            try:
+                entries = list(os.scandir(self._p(rel)))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for entry in entries:
+                if entry.name == name and not entry.is_dir(follow_symlinks=False):
+                    out.append(rel)
+                elif not entry.name.startswith(("_", ".")) and entry.is_dir(follow_symlinks=False):
+                    stack.append(f"{rel}/{entry.name}" if rel else entry.name)
+        return sorted(out)
 
     def list_dir(self, rel: str) -> list[str]:
         try:

@@ -27,7 +27,9 @@ class TaskAttemptWriter:
     """Writes one task attempt's output and records rows and bytes per file for the commit record.
 
     Use as a context manager, or call :meth:`close`; :attr:`rows` maps each file (relative to the work directory)
-    to its row count and is what :meth:`FileOutputCommitter.commit_task` takes.
+    to its row count and :attr:`sizes` each Parquet file to its size in bytes: what
+    :meth:`FileOutputCommitter.commit_task` takes, and checks against the attempt's directory before it commits, so
+    that an attempt whose files someone removed can never commit an empty or partial record.
     """
 
     def __init__(self, target: Store | Any, attempt: TaskAttemptContext, *, partition_by: Iterable[str] = (),
@@ -47,6 +49,7 @@ class TaskAttemptWriter:
         self.compression = compression
         self.max_rows_per_file = max_rows_per_file
         self.rows: dict[str, int | None] = {}
+        self.sizes: dict[str, int] = {}
         self._counter = 0
         self._open: dict[str, tuple[str, IO[bytes], pq.ParquetWriter, int]] = {}
         self._schema: pa.Schema | None = None
@@ -152,6 +155,7 @@ class TaskAttemptWriter:
     def _finish(self, part: str) -> None:
         rel, fh, writer, _count = self._open.pop(part)
         writer.close()
+        self.sizes[rel] = fh.tell()
         fh.close()
         inject("writer.after_file")
 

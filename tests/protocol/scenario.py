@@ -184,7 +184,8 @@ if __name__ == "__main__":
     Path(config["work"]).mkdir(parents=True, exist_ok=True)
     result = {"prior": lambda: phase_prior(config), "main": lambda: phase_main(config, config.get("attempt", 11)),
               "retry": lambda: phase_retry(config, config.get("attempt", 21)),
-              "abort": lambda: phase_abort(config)}[phase]()
+              "abort": lambda: phase_abort(config),
+              "task": lambda: run_task(config, config["task"], config["attempt"])}[phase]()
     print(json.dumps({"ok": True}))
 
 
@@ -199,3 +200,38 @@ def crash_after_plan(committer: Any, expected_tasks: int = 1) -> None:
     with pytest.raises(faults.InjectedFault):
         committer.commit_job(expected_tasks)
     faults.disarm()
+
+
+def marker_dirs(root: str) -> list[str]:
+    """Directories readers see (no hidden component) that hold a ``_SUCCESS``, relative to *root*."""
+    fs, path = _fs(root)
+    prefix = path.rstrip("/") + "/"
+    out = []
+    for p in fs.find(path):
+        rel = p[len(prefix):] if p.startswith(prefix) else ""
+        head, _, name = rel.rpartition("/")
+        if name == "_SUCCESS" and not is_hidden(head):
+            out.append(head)
+    return sorted(out)
+
+
+def assert_markers_tell_truth(root: str) -> int:
+    """I9 as a reader that trusts ``_SUCCESS`` sees it: every marker that reads as valid lists exactly the visible
+    files under its directory, with their sizes. Returns how many valid markers were checked. A marker that does
+    not parse (half written, a Hadoop 0-byte one) is not trusted by such a reader and is not checked."""
+    from airflow_commit_provider.protocol import CorruptRecord, read_success_marker
+    from airflow_commit_provider.protocol.committer import verify_listed_files
+    from airflow_commit_provider.protocol.store import store_for
+
+    fs, base = _fs(root)
+    checked = 0
+    for d in marker_dirs(root):
+        where = f"{root.rstrip('/')}/{d}" if d else root
+        store = store_for(where, fs=fs) if root.startswith("s3://") else store_for(where)
+        try:
+            manifest = read_success_marker(store)
+        except (CorruptRecord, FileNotFoundError):
+            continue
+        verify_listed_files(store, manifest, store.url("_SUCCESS"))
+        checked += 1
+    return checked

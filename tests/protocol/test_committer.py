@@ -70,8 +70,8 @@ def test_winner_idempotent_loser_denied_and_cleaned(root, algorithm):
     c = make(root, algorithm=algorithm)
     c.setup_job()
     a, rows_a = write_attempt(c, 0, 1)
-    b, rows_b = write_attempt(c, 0, 2)
     first = c.commit_task(a, rows_a)
+    b, rows_b = write_attempt(c, 0, 2)  # a zombie's successor that started after try 1 had committed
     assert c.commit_task(a, rows_a) == first, "the winner asking again gets the same record"
     assert not c.needs_task_commit(a)
     with pytest.raises(CommitDenied) as denied:

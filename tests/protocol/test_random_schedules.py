@@ -67,6 +67,9 @@ class Schedules(RuleBasedStateMachine):
     def start_attempt(self, task: int) -> None:
         attempt = self.next_attempt
         self.next_attempt += 1
+        for old, _rows in self.open:  # a new try records the earlier uncommitted tries of the task failed
+            if (old.task, old.app_attempt, old.job_uuid) == (task, self.app, self.generation_uuid):
+                self.failed.add((old.app_attempt, old.attempt))
         ta = self.c.setup_task(task, attempt)
         with TaskAttemptWriter(self.c, ta, partition_by=["day"]) as w:
             w.write(sc.task_table(task, attempt))

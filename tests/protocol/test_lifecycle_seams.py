@@ -1,0 +1,285 @@
+"""Exactly-once at the seams of Airflow's lifecycle (issue 11): each test is a sequence that broke in practice.
+
+- a zombie try that commits after the failed run's teardown removed its files (silent row loss);
+- a commit whose writer-reported files are not in the attempt directory;
+- a try killed with SIGKILL that nobody recorded;
+- ``_SUCCESS`` markers that describe another directory: a dynamic re-run writing fewer partitions, an overwrite or
+  dynamic commit in flight (or crashed) while the previous job's marker still reads as valid, a commit retry that
+  wrote its marker back over a newer job's withdrawal.
+
+The same sequences run on S3 (moto's server) in tests/s3/test_s3_seams.py.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import fsspec
+import pytest
+
+from airflow_commit_provider.protocol import (
+    CommitDenied,
+    FileOutputCommitter,
+    TaskAttemptWriter,
+    faults,
+    make_committer,
+    read_success_marker,
+    run_task_attempt,
+)
+
+from . import scenario as sc
+
+COMMIT_POINTS = [p for p in faults.POINTS if p.startswith("commit_job.")]
+
+
+@pytest.fixture(params=["local", "memory"])
+def root(request, tmp_path):
+    if request.param == "local":
+        yield str(tmp_path / "out")
+        return
+    path = f"memory://seams-{uuid.uuid4().hex}/out"
+    yield path
+    fsspec.filesystem("memory").rm(path.split("://")[1].split("/")[0], recursive=True)
+
+
+def produce(task, attempt):
+    return lambda w: w.write(sc.task_table(task, attempt))
+
+
+def zombie_after_teardown(c, tasks=4):
+    """The issue's sequence up to the zombie's late commit; returns the CommitDenied it must get."""
+    c.setup_job()
+    for t in range(tasks - 1):
+        run_task_attempt(c, t, 1, produce(t, 1))
+    ta = c.setup_task(tasks - 1, 1)                      # try 1 of the last task: becomes a zombie
+    w = TaskAttemptWriter(c, ta, partition_by=c.partition_by)
+    w.write(sc.task_table(tasks - 1, 1))
+    w.close()
+    c.abort_job(keep_committed=True)                    # the failed run's teardown
+    with pytest.raises(CommitDenied) as denied:
+        c.commit_task(ta, w.rows, sizes=w.sizes)         # the zombie wakes up and commits late
+    return denied.value
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_zombie_after_teardown_cannot_commit_and_loses_no_row(root, algorithm):
+    c = make_committer(root, "j", algorithm=algorithm, mode="append", partition_by=["day"])
+    denied = zombie_after_teardown(c)
+    assert denied.attempt_failed and denied.winner is None
+    c.setup_job()                                       # the user clears the run
+    statuses = [run_task_attempt(c, t, 2, produce(t, 2)).status for t in range(sc.TASKS)]
+    assert statuses[-1] == "committed", "the zombie's task is run again, not recovered from an empty record"
+    assert statuses[:-1] == (["recovered"] * 3 if algorithm == 1 else ["committed"] * 3)
+    manifest = c.commit_job(sc.TASKS)
+    sc.assert_exactly_once(sc.read_rows(root))
+    assert manifest["totals"]["rows"] == sc.TASKS * sc.ROWS
+    history = {t["task"]: t for t in manifest["tasks"]}
+    assert "0.1" in history[sc.TASKS - 1]["failed_attempts"], "the teardown recorded the zombie's try as failed"
+
+
+def test_commit_refused_when_a_reported_file_is_gone(root):
+    c = FileOutputCommitter(root, "j", mode="append", partition_by=["day"])
+    c.setup_job()
+    ta = c.setup_task(0, 1)
+    with TaskAttemptWriter(c, ta, partition_by=c.partition_by) as w:
+        w.write(sc.task_table(0, 1))
+    gone = sorted(w.rows)[0]
+    c.store.delete_file(f"{ta.work_dir}/{gone}")         # removed by someone outside the attempt
+    with pytest.raises(CommitDenied, match="missing") as denied:
+        c.commit_task(ta, w.rows, sizes=w.sizes)
+    assert denied.value.attempt_failed
+    assert c.recover_task(0) is None, "no record was written"
+    assert run_task_attempt(c, 0, 2, produce(0, 2)).status == "committed"
+    c.commit_job(1)
+    sc.assert_exactly_once(sc.read_rows(root), tasks=1)
+
+
+def test_commit_refused_when_a_reported_size_differs(root):
+    c = FileOutputCommitter(root, "j", mode="append", partition_by=["day"])
+    c.setup_job()
+    ta = c.setup_task(0, 1)
+    with TaskAttemptWriter(c, ta, partition_by=c.partition_by) as w:
+        w.write(sc.task_table(0, 1))
+    sizes = {rel: size + 1 for rel, size in w.sizes.items()}
+    with pytest.raises(CommitDenied, match="bytes, not"):
+        c.commit_task(ta, w.rows, sizes=sizes)
+
+
+def test_a_new_try_records_the_killed_one(root):
+    """A try killed before it could abort (SIGKILL, lost worker) is recorded failed by the next try, and its files
+    go: ``_SUCCESS`` and the status view then show it."""
+    c = FileOutputCommitter(root, "j", mode="append", partition_by=["day"])
+    c.setup_job()
+    killed = c.setup_task(0, 1)
+    with TaskAttemptWriter(c, killed, partition_by=c.partition_by) as w:
+        w.write(sc.task_table(0, 1))
+    assert c.status()["tasks"][0]["unfinished_attempts"] == ["0.1"]
+    assert run_task_attempt(c, 0, 2, produce(0, 2)).status == "committed"
+    assert not c.store.exists(killed.work_dir), "the killed try's files were removed"
+    assert c.status()["tasks"][0]["failed_attempts"] == ["0.1"]
+    with pytest.raises(CommitDenied):
+        c.commit_task(killed, w.rows, sizes=w.sizes)    # if it was a zombie after all, it cannot commit now
+    manifest = c.commit_job(1)
+    assert manifest["tasks"][0]["failed_attempts"] == ["0.1"]
+    assert read_success_marker(root)["tasks"][0]["failed_attempts"] == ["0.1"]
+
+
+def test_a_killed_try_is_recorded_with_a_real_sigkill(tmp_path):
+    """The same with a real process killed by SIGKILL in the middle of writing, then the task's next try."""
+    from .test_crash_matrix import spawn
+
+    cfg = {"root": str(tmp_path / "out"), "work": str(tmp_path / "work"), "algorithm": 1, "mode": "append"}
+    sc.committer(cfg).setup_job()
+    proc = spawn("task", {**cfg, "task": 0, "attempt": 1}, "writer.after_file=kill@1")
+    assert proc.returncode == -9, proc.stderr
+    assert sc.run_task(cfg, 0, 2)["status"] == "committed"
+    manifest = sc.committer(cfg).commit_job(1)
+    assert manifest["tasks"][0]["failed_attempts"] == ["0.1"]
+    sc.assert_exactly_once(sc.read_rows(cfg["root"]), tasks=1)
+
+
+# ---------------------------------------------------------------------------------------------- markers (I9)
+def two_partitions(task, attempt):
+    return sc.task_table(task, attempt)                 # days d0 and d1
+
+
+def one_partition(task, attempt):
+    table = sc.task_table(task, attempt)
+    return table.filter([d == "d1" for d in table.column("day").to_pylist()])
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_dynamic_rerun_writing_fewer_partitions_withdraws_their_markers(root, algorithm):
+    c = make_committer(root, "daily", algorithm=algorithm, mode="dynamic", partition_by=["day"])
+    c.setup_job()
+    run_task_attempt(c, 0, 1, lambda w: w.write(two_partitions(0, 1)))
+    c.commit_job(1)
+    assert sc.marker_dirs(root) == ["", "day=d0", "day=d1"]
+    c.setup_job()                                       # the run is cleared after success: a new generation
+    run_task_attempt(c, 0, 2, lambda w: w.write(one_partition(0, 2)))
+    c.commit_job(1)
+    assert sc.marker_dirs(root) == ["", "day=d1"], "day=d0 lost its files, so it loses its marker"
+    assert [f for f in sc.visible_files(root) if f.startswith("day=d0")] == []
+    fs, path = sc._fs(root)
+    assert not fs.exists(f"{path}/day=d0"), "the emptied partition directory is removed"
+    assert sc.assert_markers_tell_truth(root) == 2
+    assert read_success_marker(f"{root}/day=d1", verify_files=True)["totals"]["rows"] == sc.ROWS // 2
+
+
+def committed_previous_job(root, mode, algorithm=1):
+    prev = make_committer(root, "previous", algorithm=algorithm, mode="append", partition_by=["day"])
+    prev.setup_job()
+    for t in range(2):
+        run_task_attempt(prev, t, 1, produce(t + 10, 1))
+    prev.commit_job(2)
+    return prev
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+@pytest.mark.parametrize("mode", ["overwrite", "dynamic", "append"])
+@pytest.mark.parametrize("point", COMMIT_POINTS)
+def test_no_marker_lies_at_any_crash_point(root, point, mode, algorithm):
+    """A job commit killed at every point over a target whose previous job left valid markers: whenever a marker
+    reads as valid it lists exactly the visible files under it, and the resumed commit leaves consistent markers."""
+    committed_previous_job(root, mode)
+    assert sc.assert_markers_tell_truth(root) == 1
+    c = make_committer(root, "next", algorithm=algorithm, mode=mode, partition_by=["day"])
+    c.setup_job()
+    for t in range(2):
+        run_task_attempt(c, t, 1, produce(t, 1))
+        sc.assert_markers_tell_truth(root)              # v2: each task commit changes the visible files
+    faults.arm(point, "raise", 1)
+    try:
+        c.commit_job(2)
+    except faults.InjectedFault:
+        pass
+    faults.disarm()
+    sc.assert_markers_tell_truth(root)
+    c.commit_job(2)
+    assert sc.assert_markers_tell_truth(root) >= 1
+    rows = sc.read_rows(root)
+    sc.check_no_duplicates(rows)
+    assert read_success_marker(root, verify_files=True)["job_id"] == "next"
+
+
+def test_overwrite_v2_withdraws_the_old_marker_before_its_first_task_commit(root):
+    committed_previous_job(root, "overwrite")
+    c = make_committer(root, "next", algorithm=2, mode="overwrite", partition_by=["day"])
+    c.setup_job()
+    assert sc.marker_dirs(root) == [""], "setting up changes nothing visible"
+    run_task_attempt(c, 0, 1, produce(0, 1))
+    assert sc.marker_dirs(root) == [], "the old marker went before the new files became visible"
+
+
+def test_retried_commit_of_an_older_job_does_not_put_its_marker_back(root):
+    """Job A committed; job B's overwrite withdrew A's marker and died before publishing; A's commit task is
+    retried (Airflow retries a commit whose process died after the commit): A must not write its marker back
+    over a directory B is changing."""
+    a = committed_previous_job(root, "overwrite")
+    b = make_committer(root, "next", algorithm=1, mode="overwrite", partition_by=["day"])
+    b.setup_job()
+    run_task_attempt(b, 0, 1, produce(0, 1))
+    faults.arm("commit_job.after_withdraw", "raise", 1)
+    with pytest.raises(faults.InjectedFault):
+        b.commit_job(1)
+    faults.disarm()
+    assert a.commit_job(2)["job_id"] == "previous", "the retry reports A's committed manifest"
+    assert sc.marker_dirs(root) == []
+
+
+def test_append_marker_lists_what_it_kept(root):
+    committed_previous_job(root, "append")
+    c = FileOutputCommitter(root, "next", mode="append", partition_by=["day"])
+    c.setup_job()
+    run_task_attempt(c, 0, 1, produce(0, 1))
+    manifest = c.commit_job(1)
+    marker = read_success_marker(root, verify_files=True)
+    assert len(marker["retained"]) == 4 and marker["totals"]["files"] == 2
+    assert manifest["diagnostics"]["retained_files"] == 4
+    assert {f["path"] for f in marker["files"]} | {f["path"] for f in marker["retained"]} \
+        == set(sc.visible_files(root))
+
+
+def test_verify_files_refuses_an_unlisted_file(root):
+    c = FileOutputCommitter(root, "j", mode="append", partition_by=["day"])
+    c.setup_job()
+    run_task_attempt(c, 0, 1, produce(0, 1))
+    c.commit_job(1)
+    fs, path = sc._fs(root)
+    fs.pipe_file(f"{path}/day=d0/stranger.parquet", b"x")
+    with pytest.raises(Exception, match="does not describe its directory"):
+        read_success_marker(root, verify_files=True)
+
+
+def test_v2_abort_removes_the_directories_it_empties(root):
+    c = make_committer(root, "j", algorithm=2, mode="append", partition_by=["day"])
+    c.setup_job()
+    run_task_attempt(c, 0, 1, produce(0, 1))
+    assert sc.visible_files(root)
+    c.abort_job(keep_committed=True)
+    assert sc.visible_files(root) == []
+    fs, path = sc._fs(root)
+    assert [p for p in fs.ls(path, detail=False) if not p.rstrip("/").rsplit("/", 1)[-1].startswith("_")] == []
+    c.setup_job()
+    assert run_task_attempt(c, 0, 2, produce(0, 2)).status == "committed", "a v2 commit is never recovered"
+    c.commit_job(1)
+    sc.assert_exactly_once(sc.read_rows(root), tasks=1)
+
+
+def test_v2_strays_of_the_generation_are_swept_at_job_commit(root):
+    """A v2 abort that died between a record's removal and its files' leaves visible files no record lists; the
+    next commit of the generation removes them."""
+    c = make_committer(root, "j", algorithm=2, mode="append", partition_by=["day"])
+    c.setup_job()
+    run_task_attempt(c, 0, 1, produce(0, 1))
+    job = c.job_record()
+    c.store.delete_file(c.layout.task_record(0, 0))      # the abort's first step, then it died
+    c.setup_job()
+    assert run_task_attempt(c, 0, 2, lambda w: w.write(one_partition(0, 2))).status == "committed"
+    manifest = c.commit_job(1)
+    assert manifest["deleted"]["files"] >= 1
+    rows = sc.read_rows(root)
+    assert {r["attempt"] for r in rows} == {2} and len(rows) == sc.ROWS // 2
+    assert all(job["job_uuid"] in f for f in sc.visible_files(root))
+    sc.assert_markers_tell_truth(root)
+
