@@ -1,0 +1,70 @@
+"""The lifecycle seams of tests/protocol/test_lifecycle_seams.py on S3 (moto's server over HTTP): v1, v2, magic."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_commit_provider.protocol import faults, make_committer, read_success_marker, run_task_attempt
+
+from ..protocol import scenario as sc
+from ..protocol.test_lifecycle_seams import (
+    committed_previous_job,
+    one_partition,
+    produce,
+    two_partitions,
+    zombie_after_teardown,
+)
+
+
+def make(root, algorithm, job="j", mode="append"):
+    extra = {"part_size": 5 * 2**20} if algorithm == "magic" else {}
+    return make_committer(root, job, algorithm=algorithm, mode=mode, partition_by=["day"], **extra)
+
+
+@pytest.mark.parametrize("algorithm", [1, 2, "magic"])
+def test_s3_zombie_after_teardown_cannot_commit(bucket, algorithm):
+    root = f"s3://{bucket}/zombie"
+    c = make(root, algorithm)
+    denied = zombie_after_teardown(c)
+    assert denied.attempt_failed and denied.winner is None
+    c.setup_job()
+    statuses = [run_task_attempt(c, t, 2, produce(t, 2)).status for t in range(sc.TASKS)]
+    assert statuses[-1] == "committed"
+    c.commit_job(sc.TASKS)
+    sc.assert_exactly_once(sc.read_rows(root))
+
+
+@pytest.mark.parametrize("algorithm", [1, 2, "magic"])
+def test_s3_dynamic_rerun_with_fewer_partitions(bucket, algorithm):
+    root = f"s3://{bucket}/daily"
+    c = make(root, algorithm, mode="dynamic")
+    c.setup_job()
+    run_task_attempt(c, 0, 1, lambda w: w.write(two_partitions(0, 1)))
+    c.commit_job(1)
+    c.setup_job()
+    run_task_attempt(c, 0, 2, lambda w: w.write(one_partition(0, 2)))
+    c.commit_job(1)
+    assert sc.marker_dirs(root) == ["", "day=d1"]
+    assert sc.assert_markers_tell_truth(root) == 2
+
+
+@pytest.mark.parametrize("algorithm", [1, 2, "magic"])
+@pytest.mark.parametrize("point", ["commit_job.after_withdraw", "commit_job.mid_move", "commit_job.after_deletes"])
+def test_s3_overwrite_crash_leaves_no_lying_marker(bucket, point, algorithm):
+    root = f"s3://{bucket}/ow"
+    committed_previous_job(root, "overwrite")
+    c = make(root, algorithm, job="next", mode="overwrite")
+    c.setup_job()
+    for t in range(2):
+        run_task_attempt(c, t, 1, produce(t, 1))
+        sc.assert_markers_tell_truth(root)
+    faults.arm(point, "raise", 1)
+    try:
+        c.commit_job(2)
+    except faults.InjectedFault:
+        pass
+    faults.disarm()
+    sc.assert_markers_tell_truth(root)
+    c.commit_job(2)
+    assert read_success_marker(root, verify_files=True)["job_id"] == "next"
+    sc.assert_exactly_once(sc.read_rows(root), tasks=2)
