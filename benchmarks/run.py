@@ -58,7 +58,7 @@ def prepare_job(root: str, n_files: int, algorithm: Any, files_per_task: int = F
             for i in range(n_files // tasks):
                 with w.open_file(extension="parquet", partition={"p": i % partitions} if partitions else None) as fh:
                     fh.write(_PARQUET_BYTES)
-        c.commit_task(ta, w.rows)
+        c.commit_task(ta, w.rows, sizes=w.sizes)
     return c, tasks
 
 

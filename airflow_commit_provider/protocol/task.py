@@ -70,7 +70,7 @@ def run_task_attempt(committer: FileOutputCommitter, task: int, attempt: int,
     try:
         with writer:
             produce(writer)
-        record = committer.commit_task(ta, writer.rows)
+        record = committer.commit_task(ta, writer.rows, sizes=writer.sizes)
     except CommitDenied as denied:
         if denied.winner is None:
             raise
