@@ -46,10 +46,10 @@ PARTITIONS = 10
 
 
 def prepare_job(root: str, n_files: int, algorithm: Any, files_per_task: int = FILES_PER_TASK, partitions: int = 0,
-                **kw: Any) -> Any:
+                job_id: str = "bench", mode: str = "append", **kw: Any) -> Any:
     """Set up a job whose tasks committed *n_files* one-row Parquet files in all; with *partitions*, file i of a
     task goes to partition ``p=<i % partitions>`` (none of which the output has yet)."""
-    c = make_committer(root, "bench", algorithm=algorithm, mode="append", **kw)
+    c = make_committer(root, job_id, algorithm=algorithm, mode=mode, **kw)
     c.setup_job()
     tasks = max(1, n_files // files_per_task)
     for t in range(tasks):

@@ -783,6 +783,7 @@ class FileOutputCommitter(OutputCommitter):
             self._write_partition_markers(manifest, file_list, visible, ours)
         retained = [{"path": p, "size": visible[p]} for p in sorted(visible) if p not in ours]
         manifest["diagnostics"]["retained_files"] = len(retained)
+        clock.end("markers")
         costs = clock.summary()
         manifest["durations"] = costs["durations"]
         manifest["diagnostics"].update(requests=costs["requests"], bytes_copied=costs["bytes_copied"],
