@@ -4,4 +4,4 @@
 ``operators``, ``sensors``, ``triggers``, ``hooks``, ``links`` and ``plugins``.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
