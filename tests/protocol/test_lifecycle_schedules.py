@@ -1,0 +1,287 @@
+"""Random schedules over the whole Airflow lifecycle (tests/protocol/lifecycle.py), and every violation they found.
+
+CI runs ``COMMIT_SCHEDULES`` schedules (default 100) per algorithm on the memory store and half as many on the
+local disk, ``COMMIT_SCHEDULE_STEPS`` (default 40) steps each, seeds from ``COMMIT_SCHEDULES_SEED`` (default 0):
+about 30 s. The long run is ``python -m tests.schedules`` (see there). A failure prints its seed and the shrunk
+schedule as a plain test, ready to paste below.
+
+The regression tests are the minimal schedules the harness found, one per violation, named after the broken rule,
+with the commit where each was found and fixed. Those still open are ``xfail(strict=True)``: when the fix lands
+they XPASS, which fails, so the marker is removed then. A random schedule that hits a known open bug (see
+:data:`lifecycle.KNOWN_OPEN`) ends the test as xfail naming it; any other violation fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pytest
+
+from airflow_commit_provider.protocol import (
+    CommitDenied,
+    FileOutputCommitter,
+    TaskAttemptWriter,
+    run_task_attempt,
+)
+
+from . import lifecycle as lc
+from .lifecycle import Config, Lifecycle, Violation
+
+COUNT = int(os.environ.get("COMMIT_SCHEDULES", "100"))
+STEPS = int(os.environ.get("COMMIT_SCHEDULE_STEPS", "40"))
+SEED = int(os.environ.get("COMMIT_SCHEDULES_SEED", "0"))
+
+
+def run_random(store: str, count: int, **overrides: object) -> None:
+    tally = lc.run_many(store, count, first_seed=SEED, steps=STEPS, known=lc.known_open, **overrides)
+    print(f"{store} {overrides}: {tally.schedules} schedules, {tally.steps} steps")
+    assert not tally.failures, lc.describe(tally.failures[0], shrink_it=False)
+    if tally.known:
+        bugs = sorted({bug for _, bug in tally.known})
+        pytest.xfail(f"{len(tally.known)} schedule(s) hit known open bug(s) {bugs}, first seed "
+                     f"{tally.known[0][0].seed}")
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_random_schedules_memory(algorithm: int) -> None:
+    run_random("memory", COUNT, algorithm=algorithm)
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_random_schedules_local(algorithm: int) -> None:
+    run_random("local", max(1, COUNT // 2), algorithm=algorithm)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The sequence that broke in practice (issue 11), in the protocol's own words. Found at 8dc47df, fixed in cd5887d.
+def tbl(task: int, rows: int = 10) -> pa.Table:
+    return pa.table({"task": pa.array([task] * rows, pa.int32()), "row": pa.array(range(rows), pa.int32())})
+
+
+def test_zombie_after_teardown_cannot_commit_an_empty_record(tmp_path) -> None:
+    import pyarrow.dataset as ds
+
+    root = str(tmp_path / "out")
+    c = FileOutputCommitter(root, "j", algorithm=1, mode="append")
+    c.setup_job()
+    for t in range(3):
+        run_task_attempt(c, t, 1, lambda w, t=t: w.write(tbl(t)))
+    ta = c.setup_task(3, 1)
+    w = TaskAttemptWriter(c, ta)
+    w.write(tbl(3))
+    w.close()                                   # try 1 of task 3: a zombie
+    c.abort_job(keep_committed=True)            # the failed run's teardown
+    sizes = getattr(w, "sizes", None)
+    with pytest.raises(CommitDenied) as denied:  # the zombie commits late
+        c.commit_task(ta, w.rows, **({"sizes": sizes} if sizes is not None else {}))
+    assert denied.value.winner is None and denied.value.attempt_failed
+    c.setup_job()                               # the user clears the run
+    statuses = [run_task_attempt(c, t, 2, lambda w, t=t: w.write(tbl(t))).status for t in range(4)]
+    assert statuses == ["recovered"] * 3 + ["committed"]
+    c.commit_job(4)
+    assert ds.dataset(root, format="parquet").to_table().num_rows == 40
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Minimal schedules found by the harness at 8dc47df (before the issue-11 core fixes), all fixed in cd5887d.
+def test_teardown_records_an_unclosed_try_failed() -> None:
+    """The brief's bug in its smallest form (v2): a try still writing when the teardown removed its directory
+    committed an empty record (0 files) once it closed."""
+    h = Lifecycle(Config(store="memory", algorithm=2, mode="append", tasks=1, partition_by=(), old_data=False))
+    try:
+        h.setup()
+        h.start(n=1, task=0, parts=[[]])
+        h.write(n=1)
+        h.teardown(purge=False)
+        h.close(n=1)
+        h.commit(n=1)
+    finally:
+        h.dispose()
+
+
+def test_a_newer_try_records_the_older_one_failed() -> None:
+    """setup_task of try 6 must record try 1 (same task, same application attempt, not committed) failed: its late
+    commit is denied as failed, not as a loser to try 6."""
+    h = Lifecycle(Config(store="memory", algorithm=1, mode="overwrite", tasks=1, partition_by=(), old_data=False))
+    try:
+        h.setup()
+        h.start(n=1, task=0, parts=[[]])
+        h.write(n=1)
+        h.start(n=6, task=0, parts=[[]])
+        h.write(n=6)
+        h.close(n=6)
+        h.commit(n=6)
+        h.close(n=1)
+        h.commit(n=1)
+    finally:
+        h.dispose()
+
+
+def test_v2_teardown_then_the_winner_asks_again() -> None:
+    """A v2 teardown removed try 5's record and visible files; try 5 asking again (allowed to a winner) then
+    committed an empty record, which the next try would have recovered."""
+    h = Lifecycle(Config(store="memory", algorithm=2, mode="append", tasks=1, partition_by=(), old_data=False))
+    try:
+        h.setup()
+        h.start(n=5, task=0, parts=[[]])
+        h.write(n=5)
+        h.close(n=5)
+        h.commit(n=5)
+        h.teardown(purge=False)
+        h.recommit(n=5)
+    finally:
+        h.dispose()
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_append_marker_lists_the_files_it_keeps(algorithm: int) -> None:
+    """I9: in append mode the root _SUCCESS listed only the job's files, not the old ones still visible."""
+    h = Lifecycle(Config(store="memory", algorithm=algorithm, mode="append", tasks=1, partition_by=()))
+    try:
+        h.setup()
+        h.start(n=1, task=0, parts=[[]])
+        h.write(n=1)
+        h.close(n=1)
+        h.commit(n=1)
+        h.commit_job()
+    finally:
+        h.dispose()
+
+
+@pytest.mark.parametrize("mode, point", [("append", "commit_job.mid_delete"), ("error", "commit_job.after_moves")])
+def test_rerun_withdraws_the_marker_before_moving(mode: str, point: str) -> None:
+    """I9: a re-run's job commit (a new generation) that died after its first move left the previous generation's
+    _SUCCESS in place, describing files that were no longer (only) there."""
+    h = Lifecycle(Config(store="memory", algorithm=1, mode=mode, tasks=1, partition_by=(), old_data=False))
+    try:
+        h.setup()
+        h.start(n=2, task=0, parts=[[]])
+        h.write(n=2)
+        h.close(n=2)
+        h.commit(n=2)
+        h.commit_job()
+        h.setup()
+        h.start(n=4, task=0, parts=[[]])
+        h.write(n=4)
+        h.close(n=4)
+        h.commit(n=4)
+        h.commit_job(point=point, nth=1)
+        h.commit_job()
+    finally:
+        h.dispose()
+
+
+@pytest.mark.parametrize("mode", ["append", "overwrite"])
+def test_v2_rerun_task_commit_withdraws_the_marker(mode: str) -> None:
+    """I9, v2: the re-run's task commit made its file visible under the previous generation's root _SUCCESS."""
+    h = Lifecycle(Config(store="memory", algorithm=2, mode=mode, tasks=1, partition_by=(), old_data=False))
+    try:
+        h.setup()
+        h.start(n=1, task=0, parts=[[]])
+        h.write(n=1)
+        h.close(n=1)
+        h.commit(n=1)
+        h.commit_job()
+        h.setup()
+        h.start(n=9, task=0, parts=[[]])
+        h.write(n=9)
+        h.close(n=9)
+        h.commit(n=9)
+    finally:
+        h.dispose()
+
+
+def test_v2_dynamic_rerun_task_commit_withdraws_the_partition_marker() -> None:
+    """I9, v2 dynamic: the re-run's task commit added a file to p='s p' under that partition's _SUCCESS."""
+    h = Lifecycle(Config(store="memory", algorithm=2, mode="dynamic", tasks=1, partition_by=("p",), old_data=False,
+                         values=lc.ESCAPED_VALUES))
+    try:
+        h.setup()
+        h.start(n=1, task=0, parts=[["a%b"], ["s p"]])
+        h.write(n=1)
+        h.close(n=1)
+        h.commit(n=1)
+        h.commit_job()
+        h.setup()
+        h.start(n=7, task=0, parts=[["s p"]])
+        h.write(n=7)
+        h.close(n=7)
+        h.commit(n=7)
+    finally:
+        h.dispose()
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_dynamic_rerun_with_fewer_partitions_removes_their_markers(algorithm: int) -> None:
+    """I9, dynamic: the re-run wrote only p='ü€'; it deleted the previous generation's files of p='s p' but left
+    that partition's _SUCCESS listing them."""
+    h = Lifecycle(Config(store="memory", algorithm=algorithm, mode="dynamic", tasks=1, partition_by=("p",),
+                         old_data=False, values=lc.ESCAPED_VALUES))
+    try:
+        h.setup()
+        h.start(n=4, task=0, parts=[["s p"]])
+        h.write(n=4)
+        h.close(n=4)
+        h.commit(n=4)
+        h.commit_job()
+        h.setup()
+        h.start(n=24, task=0, parts=[["ü€"]])
+        h.write(n=24)
+        h.close(n=24)
+        h.commit(n=24)
+        h.commit_job()
+    finally:
+        h.dispose()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Open at 3f3371f (found there by the harness): xfail(strict=True) until fixed.
+@pytest.mark.xfail(strict=True, raises=Violation, reason="open: v2 teardown keeps the adopted record (KNOWN_OPEN)")
+@pytest.mark.parametrize("clear", ["start", "commit_job"])
+def test_v2_teardown_removes_adopted_records_too(clear: str) -> None:
+    """v2: try 4 committed in application attempt 0; a clear (attempt 1) adopted it (a recovering try, or a job
+    commit's recovery that then failed); the teardown withdrew try 4's commit (record, visible files) but left
+    attempt 1's adopted record pointing at it. Recovery then returns a commit whose files are gone: in append mode
+    job commit fails for ever (CorruptRecord: committed v2 files missing), whatever is retried or cleared."""
+    h = Lifecycle(Config(store="memory", algorithm=2, mode="append", tasks=1, partition_by=(), old_data=False))
+    try:
+        h.setup()
+        h.start(n=4, task=0, parts=[[]])
+        h.write(n=4)
+        h.close(n=4)
+        h.commit(n=4)
+        h.setup()
+        if clear == "start":
+            h.start(n=8, task=0, parts=[[]])             # recovered
+        else:
+            h.commit_job(point="commit_job.after_recovery", nth=1)
+        h.teardown(purge=False)
+        h.start(n=10, task=0, parts=[[]])                # must run, not recover a withdrawn commit
+        h.write(n=10)
+        h.close(n=10)
+        h.commit(n=10)
+        h.commit_job()
+    finally:
+        h.dispose()
+
+
+@pytest.mark.xfail(strict=True, raises=Violation, reason="open: a stale winner's re-ask deletes committed data")
+def test_stale_winner_asking_again_keeps_the_committed_data() -> None:
+    """memory (and S3) v1, magic: the committed data of a v1 task stays in the attempt's directory (no rename on
+    these stores). Try 4 committed in application attempt 0, the run was cleared (attempt 1), and try 4 asked again
+    (commit_task promises a winner its record). It is now a zombie of an older attempt, denied, and the denial
+    removes "its files": the committed data that attempt 1 recovers. Job commit then fails for ever
+    (CorruptRecord: the data was deleted outside the protocol)."""
+    h = Lifecycle(Config(store="memory", algorithm=1, mode="append", tasks=1, partition_by=(), old_data=False))
+    try:
+        h.setup()
+        h.start(n=4, task=0, parts=[[]])
+        h.write(n=4)
+        h.close(n=4)
+        h.commit(n=4)
+        h.setup()
+        h.recommit(n=4)
+        h.commit_job()
+    finally:
+        h.dispose()
