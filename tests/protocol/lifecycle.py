@@ -174,10 +174,8 @@ class Target:
             self.path = f"/lc-{tag}/out"
             self.url = f"memory://{self.path}"
         elif store == "s3":
-            import s3fs
-
             assert bucket, "S3 targets need a bucket"
-            self.fs = s3fs.S3FileSystem(use_listings_cache=False, skip_instance_cache=True)
+            self.fs = _reader_s3fs()
             self.path = f"{bucket}/lc-{tag}/out"
             self.url = f"s3://{self.path}"
         else:
@@ -185,6 +183,8 @@ class Target:
 
     def committer(self, cfg: Config) -> Any:
         kwargs: dict[str, Any] = {"part_size": 5 * 2**20} if cfg.algorithm == "magic" else {}
+        if self.kind == "s3":
+            kwargs["fs"] = _committer_s3fs()
         return make_committer(self.url, JOB, algorithm=cfg.algorithm, mode=cfg.mode,
                               partition_by=list(cfg.partition_by), commit_threads=2, **kwargs)
 
@@ -223,19 +223,41 @@ class Target:
         files = self.all_files() if files is None else files
         return {rel: size for rel, size in files.items() if not is_hidden(rel)}
 
-    def rows(self, partition_by: tuple[str, ...]) -> list[dict[str, Any]]:
-        """The plain reader: pyarrow's dataset over the root, hive partitioning."""
-        if self.fs is None:
-            if not os.path.isdir(self.path):
+    def rows(self, partition_by: tuple[str, ...], visible: dict[str, int] | None = None) -> list[dict[str, Any]]:
+        """The plain reader: pyarrow's dataset over the root, hive partitioning.
+
+        On S3 it reads a mirror: the *visible* files fetched in one parallel ``cat`` into a private in-memory tree
+        of the same names, which pyarrow then discovers and reads as it would the bucket (a third of the requests,
+        and S3 schedules are bounded by moto's ~5 ms per request)."""
+        fs, path = self.fs, self.path
+        mirror = None
+        if self.kind == "s3":
+            import fsspec
+
+            visible = self.visible() if visible is None else visible
+            if not visible:
                 return []
-        elif not self.fs.exists(self.path):
+            data = self.fs.cat([f"{self.path}/{rel}" for rel in visible])
+            fs, path = fsspec.filesystem("memory"), f"/lc-mirror-{uuid.uuid4().hex}"
+            mirror = path
+            for rel in visible:
+                fs.pipe_file(f"{path}/{rel}", data[f"{self.path}/{rel}"])
+        elif fs is None:
+            if not os.path.isdir(path):
+                return []
+        elif not fs.exists(path):
             return []
-        schema = table_schema(partition_by)
-        part = ds.partitioning(pa.schema([(k, pa.string()) for k in partition_by]), flavor="hive") \
-            if partition_by else None
-        dataset = ds.dataset(self.path, schema=schema, format="parquet", partitioning=part, filesystem=self.fs)
-        # no pyarrow threads: over a Python file system (memory, s3fs) they can outlive the interpreter and abort it
-        return dataset.to_table(use_threads=False).to_pylist()
+        try:
+            schema = table_schema(partition_by)
+            part = ds.partitioning(pa.schema([(k, pa.string()) for k in partition_by]), flavor="hive") \
+                if partition_by else None
+            dataset = ds.dataset(path, schema=schema, format="parquet", partitioning=part, filesystem=fs)
+            # no pyarrow threads: over a Python file system (memory, s3fs) they can outlive the interpreter and
+            # abort it
+            return dataset.to_table(use_threads=False).to_pylist()
+        finally:
+            if mirror:
+                fs.rm(mirror, recursive=True)
 
     def marker(self, directory: str) -> dict[str, Any]:
         """``read_success_marker`` for the root (``""``) or a partition directory."""
@@ -260,6 +282,32 @@ class Target:
                 self.fs.rm(self.path.rsplit("/", 1)[0], recursive=True)
             except (FileNotFoundError, OSError):
                 pass
+
+
+_S3FS: dict[str, Any] = {}
+
+
+def _committer_s3fs() -> Any:
+    """One s3fs client per process and endpoint for the committers: s3fs's defaults (listing cache included) but a
+    single retry. moto answers a part upload to an aborted upload (a magic zombie after the teardown) with 500,
+    which botocore retries with back-off for seconds, where S3 answers 404 NoSuchUpload at once."""
+    import s3fs
+
+    key = f"{os.getpid()}:{os.environ.get('AWS_ENDPOINT_URL_S3', '')}"
+    if key not in _S3FS:
+        _S3FS[key] = s3fs.S3FileSystem(skip_instance_cache=True,
+                                       config_kwargs={"retries": {"max_attempts": 2, "mode": "standard"}})
+    return _S3FS[key]
+
+
+def _reader_s3fs() -> Any:
+    """The readers' s3fs client (one per process and endpoint): never a cached listing."""
+    import s3fs
+
+    key = f"reader:{os.getpid()}:{os.environ.get('AWS_ENDPOINT_URL_S3', '')}"
+    if key not in _S3FS:
+        _S3FS[key] = s3fs.S3FileSystem(use_listings_cache=False, skip_instance_cache=True)
+    return _S3FS[key]
 
 
 def table_schema(partition_by: tuple[str, ...]) -> pa.Schema:
@@ -321,10 +369,11 @@ class Gen:
     serial: int                    # the model's count of job records
     uuid: str
     number: int
-    app: int                       # current application attempt
+    app: int                       # current application attempt (-1: none yet, after a setup killed midway)
     records: dict[int, dict[int, Rec]] = field(default_factory=dict)
     plan: Plan | None = None
     v2: set[int] = field(default_factory=set)   # tries whose files v2 made visible at task commit
+    v2_maybe: set[int] = field(default_factory=set)   # tries whose v2 files may or may not be visible (a kill)
     parts: dict[tuple[str, ...], None] = field(default_factory=dict)
 
 
@@ -346,6 +395,10 @@ class Try:
 SKIP = object()
 
 
+class Killed(Exception):
+    """The worker process running a protocol call was SIGKILLed (test_lifecycle_processes.py)."""
+
+
 def step(fn: Callable[..., Any]) -> Callable[..., Any]:
     """A rule: recorded in the schedule, run, then every reader checked. A rule that does not apply in the
     current state (a replay after shrinking) returns ``SKIP`` and is not recorded."""
@@ -358,6 +411,10 @@ def step(fn: Callable[..., Any]) -> Callable[..., Any]:
         self.expect_markers = set()
         try:
             result = fn(self, **kwargs)
+        except Killed:
+            self.events[f"worker killed in {fn.__name__}"] += 1
+            result = None
+            self.after_kill(fn.__name__, kwargs)
         except Violation:
             raise
         except Exception as exc:
@@ -399,6 +456,7 @@ class Lifecycle:
         self.tries: dict[int, Try] = {}
         self.S: frozenset[Row] = frozenset()    # committed state: rows every reader sees when nothing is in flight
         self.expect_markers: set[str] = set()   # directories that must hold a valid _SUCCESS right now
+        self.pending_plan: Plan | None = None   # what the job commit under way will do
         if cfg.old_data and cfg.mode != "error":
             self._write_old_data()
         self.check()
@@ -464,6 +522,61 @@ class Lifecycle:
             return frozenset(r for r in base if self.part_of(r) not in written) | new
         return base | new
 
+    def after_kill(self, rule: str, kwargs: dict[str, Any]) -> None:
+        """A worker died in the middle of *rule*: bring the model in line with what the store shows."""
+        raise NotImplementedError("in-process schedules have no workers to kill")
+
+    # ------------------------------------------------------------------------------------ protocol calls
+    # Every call the rules make goes through these, in this process; test_lifecycle_processes.py runs them in
+    # worker processes instead, which it SIGKILLs.
+    def call_setup_job(self) -> Any:
+        return self.c.setup_job()
+
+    def call_recover(self, t: Try) -> dict[str, Any] | None:
+        return self.c.recover_task(t.task)
+
+    def call_setup_task(self, t: Try) -> tuple[int, str]:
+        t.ta = self.c.setup_task(t.task, t.n)
+        t.writer = TaskAttemptWriter(self.c, t.ta, partition_by=self.cfg.partition_by,
+                                     max_rows_per_file=self.cfg.max_rows_per_file)
+        return t.ta.app_attempt, t.ta.job_uuid
+
+    def call_write(self, t: Try) -> None:
+        t.writer.write(make_table(sorted(t.rows), self.cfg.partition_by))
+
+    def call_close(self, t: Try) -> None:
+        t.writer.close()
+
+    def call_commit(self, t: Try) -> tuple[str, Any]:
+        """``("committed", record)``, ``("denied", CommitDenied)`` or ``("gone", JobAlreadyCommitted |
+        JobNotSetUp)``."""
+        w = t.writer
+        kwargs = {"sizes": w.sizes} if getattr(w, "sizes", None) is not None else {}
+        try:
+            return "committed", self.c.commit_task(t.ta, w.rows, **kwargs)
+        except CommitDenied as denied:
+            return "denied", denied
+        except (JobAlreadyCommitted, JobNotSetUp) as exc:
+            return "gone", exc
+
+    def call_abort_task(self, t: Try, close_first: bool = False) -> bool:
+        if close_first:
+            with contextlib.suppress(Exception):   # run_task_attempt's `with writer` closes it
+                t.writer.close()
+        return self.c.abort_task(t.ta)
+
+    def call_abort_job(self, purge: bool) -> dict[str, Any]:
+        return self.c.abort_job(keep_committed=not purge)
+
+    def call_commit_job(self, point: str | None = None, nth: int = 1) -> dict[str, Any]:
+        """The job commit, dying (``InjectedFault``) at the *nth* time it reaches *point*."""
+        if point:
+            faults.arm(point, "raise", nth)
+        try:
+            return self.c.commit_job(self.cfg.tasks)
+        finally:
+            faults.disarm()
+
     # ------------------------------------------------------------------------------------ rules
     @step
     def setup(self) -> None:
@@ -472,12 +585,12 @@ class Lifecycle:
         fresh = job is None
         if fresh and self.cfg.mode == "error" and self.log_gen is None and self.target.visible():
             try:
-                self.c.setup_job()
+                self.call_setup_job()
             except InvalidOutputSpec:
                 self.events["setup refused: target not empty"] += 1
                 return
             self._fail("setup", "mode error: setup accepted a target holding data")
-        ctx = self.c.setup_job()
+        ctx = self.call_setup_job()
         if fresh:
             number = 0 if self.log_gen is None else self.log_gen + 1
             self._expect(ctx.state == "running" and ctx.generation == number, "setup",
@@ -507,7 +620,7 @@ class Lifecycle:
         self.tries[n] = t
         job = self.job
         try:
-            rec = self.c.recover_task(task)
+            rec = self.call_recover(t)
         except JobAlreadyCommitted:
             self._expect(job is None and self.log_gen is not None, "recover",
                          "recover_task said the job committed, but it did not")
@@ -515,7 +628,7 @@ class Lifecycle:
             self.events["start after job commit: already committed"] += 1
             return
         except JobNotSetUp:
-            self._expect(job is None and self.log_gen is None, "recover",
+            self._expect((job is None and self.log_gen is None) or (job is not None and job.app < 0), "recover",
                          "recover_task said the job is not set up, but it is")
             t.stage = "noop"
             return
@@ -531,19 +644,38 @@ class Lifecycle:
             t.stage = "noop"
             self.events["start: recovered" if expected.origin != job.app else "start: already committed"] += 1
             return
-        ta = self.c.setup_task(task, n)
-        self._expect(ta.app_attempt == job.app and ta.job_uuid == job.uuid, "setup_task",
-                     f"try {n} set up in application attempt {ta.app_attempt}, the model says {job.app}")
+        app, job_uuid = self.call_setup_task(t)
+        self._expect(app == job.app and job_uuid == job.uuid, "setup_task",
+                     f"try {n} set up in application attempt {app}, the model says {job.app}")
         # I10: setup_task records every earlier try of the task in this application attempt as failed, unless it
         # committed or is already recorded
         for other in self.tries.values():
             if other.task == task and other.serial == job.serial and other.app == job.app and other.n != n \
                     and other.claim is None:
                 other.claim = "failed"
-        t.app, t.ta = ta.app_attempt, ta
-        t.writer = TaskAttemptWriter(self.c, ta, partition_by=self.cfg.partition_by,
-                                     max_rows_per_file=self.cfg.max_rows_per_file)
+        t.app = app
         self.events["start: runs"] += 1
+
+    def dead(self, t: Try) -> bool:
+        """The try can no longer commit: recorded failed, or its job record is gone or replaced."""
+        return t.claim == "failed" or self.job is None or t.serial != self.job.serial
+
+    def _write_step(self, t: Try, action: Callable[[], Any], stage: str) -> None:
+        """A write or close of try *t*. A dead try's may fail (magic: the teardown or job commit aborted its pending
+        uploads, and the next part upload is refused): that zombie then dies as ``run_task_attempt`` makes it."""
+        try:
+            action()
+        except Killed:
+            raise
+        except Exception as exc:
+            if not self.dead(t):
+                raise
+            self.events[f"zombie {stage} failed: {type(exc).__name__}"] += 1
+            t.stage = "error"
+            with contextlib.suppress(Exception):
+                self.call_abort_task(t)
+            return
+        t.stage = stage
 
     @step
     def write(self, n: int) -> None:
@@ -551,8 +683,7 @@ class Lifecycle:
         t = self.tries.get(n)
         if t is None or t.stage != "new":
             return SKIP
-        t.writer.write(make_table(sorted(t.rows), self.cfg.partition_by))
-        t.stage = "written"
+        self._write_step(t, lambda: self.call_write(t), "written")
 
     @step
     def close(self, n: int) -> None:
@@ -560,8 +691,7 @@ class Lifecycle:
         t = self.tries.get(n)
         if t is None or t.stage != "written":
             return SKIP
-        t.writer.close()
-        t.stage = "closed"
+        self._write_step(t, lambda: self.call_close(t), "closed")
 
     def _predict_commit(self, t: Try) -> tuple[str, Rec | None]:
         """``("commit", None)``, ``("winner", rec)``, ``("failed", None)``, ``("stale", None)`` or ``("missing",
@@ -585,16 +715,6 @@ class Lifecycle:
             return "winner", rec
         return "commit", None
 
-    def _commit_call(self, t: Try) -> tuple[str, Any]:
-        w = t.writer
-        kwargs = {"sizes": w.sizes} if getattr(w, "sizes", None) is not None else {}
-        try:
-            return "committed", self.c.commit_task(t.ta, w.rows, **kwargs)
-        except CommitDenied as denied:
-            return "denied", denied
-        except (JobAlreadyCommitted, JobNotSetUp) as exc:
-            return "gone", exc
-
     @step
     def commit(self, n: int) -> None:
         """Try *n* asks to commit (``commit_task``)."""
@@ -602,7 +722,7 @@ class Lifecycle:
         if t is None or t.stage != "closed":
             return SKIP
         expect, winner = self._predict_commit(t)
-        got, value = self._commit_call(t)
+        got, value = self.call_commit(t)
         job = self.job
         label = f"try {n} of task {t.task} (application attempt {t.app})"
         if expect == "commit":
@@ -642,7 +762,7 @@ class Lifecycle:
             self.events["commit: denied, another try won"] += 1
         t.stage = "denied"
         if got == "gone":   # run_task_attempt aborts the try on any error other than CommitDenied
-            self.c.abort_task(t.ta)
+            self.call_abort_task(t)
 
     @step
     def fail(self, n: int) -> None:
@@ -650,10 +770,7 @@ class Lifecycle:
         t = self.tries.get(n)
         if t is None or t.stage not in ("new", "written", "closed"):
             return SKIP
-        if t.writer is not None and t.stage != "closed":
-            with contextlib.suppress(Exception):   # run_task_attempt's `with writer` closes it
-                t.writer.close()
-        result = self.c.abort_task(t.ta)
+        result = self.call_abort_task(t, close_first=t.stage != "closed")
         job = self.job
         if job is not None and t.serial == job.serial:
             expected = t.claim != "committing"
@@ -670,7 +787,7 @@ class Lifecycle:
         if t is None or t.stage != "committed":
             return SKIP
         expect, _winner = self._predict_commit(t)
-        got, value = self._commit_call(t)
+        got, value = self.call_commit(t)
         if expect == "commit":
             self._expect(got == "committed" and value["attempt"] == n, "recommit",
                          f"try {n} asked again as the winner: {got} {value!r}")
@@ -687,7 +804,7 @@ class Lifecycle:
     @step
     def teardown(self, purge: bool = False) -> None:
         """The teardown task after a failed run: ``abort_job(keep_committed=not purge)``."""
-        result = self.c.abort_job(keep_committed=not purge)
+        result = self.call_abort_job(purge)
         job = self.job
         if job is None:
             self._expect(not result["aborted"], "teardown", f"no job, but abort_job says {result}")
@@ -701,10 +818,11 @@ class Lifecycle:
         for t in self.tries.values():   # I10: every uncommitted try of the job is recorded failed first
             if t.serial == job.serial and t.app is not None and t.claim is None:
                 t.claim = "failed"
-        if self.cfg.algorithm == 2:
-            for n in job.v2:
+        if self.cfg.algorithm == 2:   # v2 withdraws its task commits: recorded failed, record and files removed
+            for n in job.v2 | job.v2_maybe:
                 self.tries[n].files_gone = True
-            job.records, job.v2 = {}, set()
+                self.tries[n].claim = "failed"
+            job.records, job.v2, job.v2_maybe = {}, set(), set()
         if purge:
             job.records = {}
             self.job = None
@@ -716,12 +834,14 @@ class Lifecycle:
     def commit_job(self, point: str | None = None, nth: int = 1) -> None:
         """The commit task (dying at *point* the *nth* time it is reached, when given)."""
         job = self.job
-        if job is None:
+        if job is None or job.app < 0:   # no job; or (a killed setup) a job record without application attempt
             try:
-                manifest = self.c.commit_job(self.cfg.tasks)
+                manifest = self.call_commit_job()
             except JobNotSetUp:
-                self._expect(self.log_gen is None, "commit_job", "JobNotSetUp, but the job committed before")
+                self._expect(self.log_gen is None or job is not None, "commit_job",
+                             "JobNotSetUp, but the job committed before")
                 return
+            self._expect(job is None, "commit_job", "committed a job that has no application attempt")
             self._expect(self.log_gen is not None and manifest["job_uuid"] == self.log_uuid, "commit_job",
                          f"commit_job without a job returned {manifest.get('job_uuid')}")
             return   # the committed generation's manifest; its _SUCCESS may since have been withdrawn (I9)
@@ -734,22 +854,23 @@ class Lifecycle:
                     job.records.setdefault(job.app, {})[task] = rec
             if missing:
                 try:
-                    self.c.commit_job(self.cfg.tasks)
+                    self.call_commit_job()
                 except JobIncomplete as exc:
                     self._expect(sorted(exc.missing) == missing, "commit_job: incomplete",
                                  f"missing {exc.missing}, the model says {missing}")
                     self.events["commit_job refused: incomplete"] += 1
                     return
+                except Killed:
+                    raise
                 except Exception as exc:  # noqa: BLE001 - any other outcome is the finding
                     self._fail(f"commit_job: {type(exc).__name__}", f"expected JobIncomplete {missing}: {exc}")
                     return
                 self._fail("commit_job: committed incomplete", f"tasks {missing} have no committed try")
             new = self.rows_of(winners.values())
             plan = Plan(job.app, dict(winners), new, self.target_after(new))
-        if point:
-            faults.arm(point, "raise", nth)
+        self.pending_plan = plan
         try:
-            manifest = self.c.commit_job(self.cfg.tasks)
+            manifest = self.call_commit_job(point, nth)
         except faults.InjectedFault:
             state = _STATE_AFTER.get(point, "committing")
             self.events[f"commit_job died at {point}"] += 1
@@ -759,10 +880,18 @@ class Lifecycle:
                 job.plan = plan
                 return
             manifest = None
+        except Killed:
+            raise
         except Exception as exc:  # noqa: BLE001 - any other outcome is the finding
             self._fail(f"commit_job: {type(exc).__name__}", f"expected the commit to succeed: {exc}")
         finally:
             faults.disarm()
+        self.committed(plan, manifest)
+
+    def committed(self, plan: Plan, manifest: dict[str, Any] | None) -> None:
+        """The job commit of *plan* is done: its target is the committed state."""
+        job = self.job
+        assert job is not None
         if manifest is not None:
             tasks = {t["task"]: t["attempt"] for t in manifest["tasks"]}
             self._expect(tasks == {t: r.n for t, r in plan.winners.items()}, "commit_job: winners",
@@ -780,16 +909,17 @@ class Lifecycle:
         job = self.job
         if job is None:
             return self.S, self.S
-        v2 = frozenset(r for n in job.v2 for r in self.tries[n].rows)
+        v2 = frozenset(r for n in job.v2 - job.v2_maybe for r in self.tries[n].rows)
+        maybe = frozenset(r for n in job.v2_maybe for r in self.tries[n].rows)
         now = self.S | v2
         if job.plan is None:
-            return now, now
-        return now & job.plan.target, now | job.plan.new
+            return now, now | maybe
+        return now & job.plan.target, now | maybe | job.plan.new
 
     def check(self) -> None:
         files = self.target.all_files()
         visible = self.target.visible(files)
-        rows = self.target.rows(self.cfg.partition_by)
+        rows = self.target.rows(self.cfg.partition_by, visible)
         keys = self.cfg.partition_by
         seen: Counter[Row] = Counter()
         for r in rows:
@@ -981,18 +1111,19 @@ class Driver:
 
 def run_schedule(seed: int, store: str = "memory", steps: int = 40, *, cfg: Config | None = None,
                  bucket: str | None = None, lifecycle: Callable[..., Lifecycle] = Lifecycle,
-                 **overrides: Any) -> Result:
+                 driver: Callable[[Lifecycle, random.Random], Driver] | None = None, **overrides: Any) -> Result:
     """One random schedule (*overrides* fix fields of the random configuration, e.g. ``algorithm=2``); a violation
     is returned in the result, not raised."""
-    rng = random.Random(seed)
+    # the store and the lifecycle class are part of the seed: each part of a long run explores its own schedules
+    rng = random.Random(f"{store}-{getattr(lifecycle, '__name__', '')}-{seed}")
     cfg = cfg or random_config(rng, store)
     if overrides:
         cfg = replace(cfg, **overrides)
     h = lifecycle(cfg, bucket=bucket)
-    driver = Driver(h, rng)
+    d = (driver or getattr(lifecycle, "driver", Driver))(h, rng)
     try:
         while h.steps < steps:
-            driver.one()
+            d.one()
         return Result(seed, cfg, h.steps, h.actions, h.events)
     except Violation as v:
         return Result(seed, cfg, h.steps, h.actions, h.events, v)
@@ -1101,9 +1232,10 @@ def _simpler(name: str, kwargs: dict[str, Any]) -> list[dict[str, Any]]:
     return []
 
 
-def render(cfg: Config, actions: list[tuple[str, dict[str, Any]]], name: str = "test_schedule") -> str:
+def render(cfg: Config, actions: list[tuple[str, dict[str, Any]]], name: str = "test_schedule",
+           lifecycle: Callable[..., Lifecycle] = Lifecycle) -> str:
     """A schedule as a plain pytest function."""
-    lines = [f"def {name}():", f"    h = Lifecycle({cfg.code()})", "    try:"]
+    lines = [f"def {name}():", f"    h = {getattr(lifecycle, '__name__', 'Lifecycle')}({cfg.code()})", "    try:"]
     width = len(cfg.partition_by)
     for act, kwargs in actions:
         if act == "start":
@@ -1154,9 +1286,9 @@ def describe(result: Result, *, bucket: str | None = None, lifecycle: Callable[.
     text = [f"seed {result.seed} ({result.cfg.code()}): violation after {result.steps} steps: {v}"]
     if shrink_it:
         cfg, small = shrink(result.cfg, result.actions, v.kind, bucket=bucket, lifecycle=lifecycle)
-        text.append(f"minimal schedule ({len(small)} steps):\n" + render(cfg, small))
+        text.append(f"minimal schedule ({len(small)} steps):\n" + render(cfg, small, lifecycle=lifecycle))
     return "\n".join(text)
 
 
-__all__ = ["KNOWN_OPEN", "Config", "Driver", "Lifecycle", "Result", "Tally", "Target", "Violation", "describe",
-           "known_open", "random_config", "render", "replay", "run_many", "run_schedule", "shrink"]
+__all__ = ["KNOWN_OPEN", "Config", "Driver", "Killed", "Lifecycle", "Result", "Tally", "Target", "Violation",
+           "describe", "known_open", "random_config", "render", "replay", "run_many", "run_schedule", "shrink"]

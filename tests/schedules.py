@@ -1,0 +1,162 @@
+"""The long run of the lifecycle schedules (tests/protocol/lifecycle.py), as one command::
+
+    .venv/bin/python -m tests.schedules --memory 10000 --local 10000 --s3 1000 --processes 500
+
+- ``--memory N`` / ``--local N``: N random schedules on fsspec's memory file system / the local disk (``--steps``
+  steps each, default 40), algorithms 1 and 2, every mode;
+- ``--s3 N``: N schedules on S3, moto's server over HTTP on 127.0.0.1 (started here, as tests/s3/conftest.py
+  does), algorithms 1, 2 and magic, ``--s3-steps`` steps each (default 20: a step costs ~90 ms there);
+- ``--processes N``: N schedules on the local disk whose every protocol call runs in a real worker process,
+  SIGKILLed at random fault points or by timers (tests/protocol/test_lifecycle_processes.py), ``--process-steps``
+  steps each (default 30).
+
+Seeds run from ``--seed`` (default 0), so a run is reproducible and a failure is replayed with
+``python -m tests.schedules --memory 1 --seed <seed>``. Each part is cut into chunks of ``--chunk`` schedules run
+by ``--jobs`` interpreter processes at a time (default 2, the CI machine's cores). For every part it prints
+schedules, steps and time; every violation with its seed and its shrunk schedule, as a plain test; and the
+schedules that hit a known open bug (``lifecycle.KNOWN_OPEN``). Exit status 1 when any violation is not a known
+open bug. No per-test timeout applies (this is not pytest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+PARTS = ("memory", "local", "s3", "processes")
+
+
+def run_chunk(part: str, first: int, count: int, steps: int, report_limit: int = 3) -> dict:
+    """One chunk, in this process; returns what the parent aggregates."""
+    from tests.protocol import lifecycle as lc
+
+    kwargs: dict = {}
+    store = part
+    if part == "s3":
+        import boto3
+
+        bucket = f"lc-{uuid.uuid4().hex[:12]}"
+        boto3.client("s3").create_bucket(Bucket=bucket)
+        kwargs["bucket"] = bucket
+    if part == "processes":
+        from tests.protocol.test_lifecycle_processes import ProcessLifecycle
+
+        store, kwargs["lifecycle"] = "local", ProcessLifecycle
+    reports: list[str] = []
+
+    def report(text: str) -> None:
+        if len(reports) < report_limit:
+            reports.append(text)
+            print(text, file=sys.stderr, flush=True)
+
+    started = time.monotonic()
+    tally = lc.run_many(store, count, first_seed=first, steps=steps, known=lc.known_open, stop_after=0,
+                        report=report, **kwargs)
+    return {"part": part, "first": first, "schedules": tally.schedules, "steps": tally.steps,
+            "seconds": round(time.monotonic() - started, 1),
+            "failures": [{"seed": r.seed, "kind": r.violation.kind} for r in tally.failures],
+            "reports": reports, "known": dict(Counter(bug for _, bug in tally.known)),
+            "known_seeds": [r.seed for r, _ in tally.known][:10]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for part in PARTS:
+        parser.add_argument(f"--{part}", type=int, default=0, metavar="N", help=f"schedules on {part}")
+    parser.add_argument("--steps", type=int, default=40, help="steps per memory/local schedule")
+    parser.add_argument("--s3-steps", type=int, default=20, help="steps per S3 schedule")
+    parser.add_argument("--process-steps", type=int, default=30, help="steps per real-process schedule")
+    parser.add_argument("--seed", type=int, default=0, help="first seed")
+    parser.add_argument("--jobs", type=int, default=2, help="chunks run at once")
+    parser.add_argument("--chunk", type=int, default=250, help="schedules per chunk")
+    parser.add_argument("--run-chunk", help=argparse.SUPPRESS)   # part:first:count:steps (a child)
+    args = parser.parse_args()
+
+    if args.run_chunk:
+        part, first, count, steps = args.run_chunk.split(":")
+        result = run_chunk(part, int(first), int(count), int(steps))
+        sys.stdout.write("RESULT " + json.dumps(result) + "\n")
+        sys.stdout.flush()
+        os._exit(0)   # no interpreter teardown: pyarrow/s3fs threads have nothing left to do
+
+    steps = {"memory": args.steps, "local": args.steps, "s3": args.s3_steps, "processes": args.process_steps}
+    chunks = [(part, first, min(args.chunk, getattr(args, part) - (first - args.seed)), steps[part])
+              for part in PARTS for first in range(args.seed, args.seed + getattr(args, part), args.chunk)]
+    if not chunks:
+        parser.error("nothing to run: give --memory, --local, --s3 and/or --processes")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    moto = None
+    if args.s3:
+        from tests.support import start_moto
+
+        moto, url = start_moto(env)
+        print(f"moto server at {url}", flush=True)
+    totals: dict[str, Counter] = {part: Counter() for part in PARTS}
+    walls: dict[str, list[float]] = {}
+    failures: list[dict] = []
+    known: dict[str, Counter] = {part: Counter() for part in PARTS}
+    started = time.monotonic()
+    running: list[tuple[subprocess.Popen, tuple]] = []
+    pending = list(chunks)
+    try:
+        while pending or running:
+            while pending and len(running) < args.jobs:
+                chunk = pending.pop(0)
+                walls.setdefault(chunk[0], [time.monotonic(), 0.0])
+                proc = subprocess.Popen([sys.executable, "-m", "tests.schedules", "--run-chunk",
+                                         ":".join(map(str, chunk))], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                        text=True)
+                running.append((proc, chunk))
+            time.sleep(0.2)
+            for proc, chunk in list(running):
+                if proc.poll() is None:
+                    continue
+                running.remove((proc, chunk))
+                out = proc.stdout.read() if proc.stdout else ""
+                line = next((ln for ln in out.splitlines() if ln.startswith("RESULT ")), None)
+                part, first, count, _ = chunk
+                if line is None:
+                    failures.append({"part": part, "seed": first, "kind": f"chunk crashed (rc={proc.returncode})"})
+                    print(f"{part} seeds {first}..{first + count - 1}: chunk crashed, rc={proc.returncode}",
+                          flush=True)
+                    continue
+                r = json.loads(line[len("RESULT "):])
+                totals[part].update(schedules=r["schedules"], steps=r["steps"], seconds=r["seconds"])
+                walls[part][1] = time.monotonic()
+                known[part].update(r["known"])
+                failures += [{**f, "part": part} for f in r["failures"]]
+                print(f"{part:9} seeds {first}..{first + count - 1}: {r['schedules']} schedules, {r['steps']} steps "
+                      f"in {r['seconds']} s; violations {len(r['failures'])}"
+                      + (f"; known open {r['known']} (seeds {r['known_seeds']})" if r["known"] else ""), flush=True)
+    finally:
+        for proc, _ in running:
+            proc.kill()
+        if moto is not None:
+            moto.terminate()
+    print(f"\n{'part':10}{'schedules':>10}{'steps':>10}{'busy s':>9}{'wall s':>9}  violations  known open")
+    for part in PARTS:
+        t = totals[part]
+        if not t:
+            continue
+        wall = walls[part][1] - walls[part][0]
+        print(f"{part:10}{t['schedules']:>10}{t['steps']:>10}{t['seconds']:>9.0f}{wall:>9.0f}  "
+              f"{sum(f['part'] == part for f in failures):>10}  {dict(known[part]) or ''}")
+    print(f"total wall time {time.monotonic() - started:.0f} s with {args.jobs} jobs")
+    for f in failures:
+        print(f"VIOLATION {f['part']} seed {f['seed']}: {f['kind']}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
