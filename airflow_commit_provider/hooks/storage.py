@@ -10,7 +10,8 @@ from typing import Any
 
 from airflow.sdk import BaseHook, ObjectStoragePath
 
-from ..protocol import InvalidOutputSpec, Store, store_for
+from ..protocol import InvalidOutputSpec, Store, read_success_marker, store_for
+from ..protocol.layout import SUCCESS
 
 
 class CommitStorageHook(BaseHook):
@@ -33,6 +34,18 @@ class CommitStorageHook(BaseHook):
         if self.conn_id:
             self.log.info("conn_id %r ignored for the local path %s", self.conn_id, target)
         return store_for(target.removeprefix("file://"))
+
+    def committed_manifest(self, target: Any, *, job_id: str | None = None,
+                           verify_files: bool = False) -> dict[str, Any] | None:
+        """The validated ``_SUCCESS`` manifest under *target*, or ``None`` while there is none (or it belongs to
+        another job than *job_id*). The sensor's poke and the deferrable trigger both ask this."""
+        store = self.get_store(target)
+        if not store.exists(SUCCESS):
+            return None
+        manifest = read_success_marker(store, verify_files=verify_files)
+        if job_id is not None and manifest["job_id"] != job_id:
+            return None
+        return manifest
 
     def _from_object_storage(self, path: ObjectStoragePath) -> Store:
         conn_id = path.conn_id or self.conn_id

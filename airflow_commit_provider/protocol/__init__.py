@@ -18,8 +18,8 @@ from .committer import (
     JobContext,
     OutputCommitter,
     TaskAttemptContext,
+    make_committer,
     normalize_algorithm,
-    read_success_marker,
 )
 from .errors import (
     CommitDenied,
@@ -33,15 +33,15 @@ from .errors import (
     StorageCapabilityError,
 )
 from .layout import JobLayout, check_job_id
-from .magic import MagicCommitter, make_committer
-from .store import LocalStore, Store, store_for
+from .markers import read_success_marker
+from .stores import LocalStore, Store, store_for
 from .task import TaskOutcome, run_task_attempt
 from .writer import TaskAttemptWriter
 
 __all__ = [
     "MODES", "CommitDenied", "CommitProtocolError", "CorruptRecord", "FileOutputCommitter", "InvalidOutputSpec",
     "JobAlreadyCommitted", "JobConfigMismatch", "JobContext", "JobIncomplete", "JobLayout", "JobNotSetUp",
-    "MagicCommitter", "make_committer",
+    "make_committer",
     "LocalStore", "OutputCommitter", "StorageCapabilityError", "Store", "TaskAttemptContext", "TaskAttemptWriter",
     "TaskOutcome", "check_job_id", "normalize_algorithm", "read_success_marker", "run_task_attempt", "store_for",
 ]

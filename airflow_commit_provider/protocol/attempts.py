@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .layout import JobLayout, parse_attempt_name
-from .store import Store
+from .stores import Store
 
 COMMITTING = "committing"
 FAILED = "failed"

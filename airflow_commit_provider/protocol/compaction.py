@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from .committer import FileOutputCommitter
 from .paths import partition_of
-from .store import Store
+from .stores import Store
 from .task import TaskOutcome, run_task_attempt
 from .writer import TaskAttemptWriter
 

@@ -24,7 +24,7 @@ from typing import Any
 from . import records
 from .layout import COMMITS, SUCCESS
 from .paths import partition_of
-from .store import Store
+from .stores import Store
 
 _HIVE = re.compile(r"^(?P<task>\d{6})_(?P<attempt>\d+)(?:_copy_\d+)?(?P<ext>\..*)?$")
 _SPARK = re.compile(r"^part-(?P<task>\d{5})-(?P<uuid>[0-9a-fA-F-]{36})(?:-c(?P<file>\d{3}))?(?P<ext>\..*)?$")

@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .committer import FileOutputCommitter, TaskAttemptContext, parallel
 from .errors import CorruptRecord, StorageCapabilityError
 from .faults import inject
-from .s3store import MIN_PART_SIZE, S3Store
+from .layout import JobLayout
+from .parallel import parallel
+from .publish import Publisher
+from .stores.s3 import MIN_PART_SIZE, S3Store
 
 PENDING_SUFFIX = ".pending"
 
@@ -82,33 +84,31 @@ class MultipartFile(io.RawIOBase):
         super().close()
 
 
-class MagicCommitter(FileOutputCommitter):
-    """Zero-copy committer for S3 (algorithm ``"magic"``); same contract and records as FileOutputCommitter."""
+class MultipartPublisher(Publisher):
+    """The magic committer's half: files are pending multipart uploads to their final keys; the task commit
+    record lists them; job commit completes them. Same records, recovery and arbitration as the file
+    algorithms; nothing is copied."""
 
     committer_name = "MagicCommitter"
+    algorithm = "magic"
+    label = "magic"
 
-    def __init__(self, output: Any, job_id: str, *, part_size: int = 8 * 2**20, **kwargs: Any) -> None:
-        kwargs["algorithm"] = 1  # the layout and records of v1; the data path is overridden below
-        super().__init__(output, job_id, **kwargs)
-        if not isinstance(self.store, S3Store):
+    def __init__(self, store: Any, layout: JobLayout, job_id: str, threads: int,
+                 part_size: int | None = None) -> None:
+        if not isinstance(store, S3Store):
             raise StorageCapabilityError(
-                f"the magic committer needs S3 multipart uploads; {self.store.url()} is a {self.store.protocol!r} "
-                "file system: use algorithm 1 or 2 there")
+                f"the magic committer needs S3 multipart uploads; {store.url()} is a {store.protocol!r} file "
+                "system: use algorithm 1 or 2 there")
+        part_size = 8 * 2**20 if part_size is None else part_size
         if part_size < MIN_PART_SIZE:
             raise ValueError(f"part_size must be at least {MIN_PART_SIZE} bytes (S3's minimum part size)")
+        super().__init__(store, layout, job_id, threads)
+        self.s3: S3Store = store
         self.part_size = part_size
-        self.s3: S3Store = self.store
-
-    @property
-    def algorithm_name(self) -> str:
-        return "magic"
-
-    def _config(self) -> dict[str, Any]:
-        return {**super()._config(), "algorithm": "magic"}
 
     # ---------------------------------------------------------------- task side
-    def open_task_file(self, ta: TaskAttemptContext, rel: str) -> Any:
-        return MultipartFile(self.s3, rel, f"{ta.work_dir}/{rel}{PENDING_SUFFIX}", self.part_size)
+    def open_task_file(self, work_dir: str, rel: str) -> Any:
+        return MultipartFile(self.s3, rel, f"{work_dir}/{rel}{PENDING_SUFFIX}", self.part_size)
 
     def _pending_of(self, work_dir: str, *, missing_ok: bool = False) -> list[dict[str, Any]]:
         """The attempt's pending-upload descriptions. *missing_ok* for a discard: another party discarding the
@@ -128,31 +128,28 @@ class MagicCommitter(FileOutputCommitter):
                     raise CorruptRecord(f"pending upload record {self.store.url(where)} is unreadable: {exc}") from exc
         return out
 
-    def _attempt_files(self, ta: TaskAttemptContext, rows: Mapping[str, int | None]) -> list[dict[str, Any]]:
+    def attempt_files(self, work_dir: str, task: int, rows: Mapping[str, int | None]) -> list[dict[str, Any]]:
         """The attempt's pending uploads as record entries: key, upload id, ordered part ETags, size, rows."""
         files = []
-        for p in sorted(self._pending_of(ta.work_dir), key=lambda p: p["path"]):
+        for p in sorted(self._pending_of(work_dir), key=lambda p: p["path"]):
             if p["state"] != "closed":
-                raise CorruptRecord(f"task attempt {ta.name}: {p['path']} was never closed; commit after closing "
-                                    "every file")
-            files.append({"path": p["path"], "size": p["size"], "rows": rows.get(p["path"]), "task": ta.task,
+                raise CorruptRecord(f"task attempt {work_dir.rsplit('/', 1)[-1]}: {p['path']} was never closed; "
+                                    "commit after closing every file")
+            files.append({"path": p["path"], "size": p["size"], "rows": rows.get(p["path"]), "task": task,
                           "upload_id": p["upload_id"], "parts": p["parts"]})
         return files
 
-    def _complete_task_commit(self, rec: Mapping[str, Any]) -> None:
-        """Nothing to move: the record is the commit."""
-
-    def _discard_dir(self, work_dir: str) -> None:
+    def discard(self, work_dir: str) -> None:
         """Abort the attempt's uploads, then remove its ``.pending`` records."""
         for p in self._pending_of(work_dir, missing_ok=True):
             self.s3.abort_upload(p["path"], p["upload_id"])
         self.store.delete_tree(work_dir)
 
     # ---------------------------------------------------------------- job side
-    def _publish(self, recs: list[dict[str, Any]]) -> int:
+    def publish(self, recs: Sequence[Mapping[str, Any]]) -> int:
         uploads = [f for rec in recs for f in rec["files"]]
 
-        def complete(f: dict[str, Any]) -> None:
+        def complete(f: Mapping[str, Any]) -> None:
             try:
                 self.s3.complete_upload(f["path"], f["upload_id"], f["parts"])
             except (FileNotFoundError, OSError):
@@ -163,7 +160,7 @@ class MagicCommitter(FileOutputCommitter):
                                         "lifecycle rule)") from None
             inject("commit_job.mid_move")
 
-        parallel(complete, uploads, self.commit_threads)
+        parallel(complete, uploads, self.threads)
         return 0
 
     def _has(self, f: Mapping[str, Any]) -> bool:
@@ -176,26 +173,18 @@ class MagicCommitter(FileOutputCommitter):
         """Pending uploads of this job generation: under the root, with the job uuid in their key."""
         return [(rel, uid) for rel, uid in self.s3.list_uploads() if job_uuid in rel.rsplit("/", 1)[-1]]
 
-    def _after_publish(self, job: Mapping[str, Any], recs: list[dict[str, Any]]) -> None:
+    def after_publish(self, job_uuid: str, recs: Sequence[Mapping[str, Any]]) -> None:
         """Abort every other pending upload of this job (denied attempts, zombies, attempts that died)."""
         committed = {f["upload_id"] for rec in recs for f in rec["files"]}
-        for rel, uid in self._job_uploads(job["job_uuid"]):
+        for rel, uid in self._job_uploads(job_uuid):
             if uid not in committed:
                 self.s3.abort_upload(rel, uid)
 
-    def _abort_external(self, job: Mapping[str, Any], keep: set[str]) -> int:
+    def abort_external(self, job_uuid: str, keep_uploads: set[str]) -> int:
         """Abort this job's pending uploads except those of kept (committed) tasks."""
         aborted = 0
-        for rel, uid in self._job_uploads(job["job_uuid"]):
-            if uid not in keep:
+        for rel, uid in self._job_uploads(job_uuid):
+            if uid not in keep_uploads:
                 self.s3.abort_upload(rel, uid)
                 aborted += 1
         return aborted
-
-
-def make_committer(output: Any, job_id: str, *, algorithm: int | str = 1, **kwargs: Any) -> FileOutputCommitter:
-    """The committer for *algorithm*: 1 or 2 (FileOutputCommitter) or ``"magic"`` (S3 only)."""
-    if str(algorithm).strip().lower() == "magic":
-        return MagicCommitter(output, job_id, **kwargs)
-    kwargs.pop("part_size", None)
-    return FileOutputCommitter(output, job_id, algorithm=algorithm, **kwargs)

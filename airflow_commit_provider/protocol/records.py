@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .errors import CorruptRecord
-from .store import Store
+from .stores import Store
 
 FORMAT = "airflow-commit-provider"
 VERSION = 1

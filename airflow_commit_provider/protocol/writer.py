@@ -18,7 +18,7 @@ from .committer import TaskAttemptContext
 from .errors import InvalidOutputSpec
 from .faults import inject
 from .paths import check_partition_key, check_relative, partition_dir
-from .store import Store
+from .stores import Store
 
 _CODEC_SUFFIX = {"snappy": "snappy", "gzip": "gz", "zstd": "zstd", "lz4": "lz4", "brotli": "br", "none": None}
 

@@ -9,21 +9,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 
 from ..hooks.storage import CommitStorageHook
-from ..protocol import read_success_marker
-from ..protocol.layout import SUCCESS
 from ..triggers.success_marker import SuccessMarkerTrigger
-
-
-def check_success_marker(target: Any, conn_id: str | None, job_id: str | None,
-                         verify_files: bool) -> dict[str, Any] | None:
-    """The validated manifest, or ``None`` while there is none (or it belongs to another job)."""
-    store = CommitStorageHook(conn_id).get_store(target)
-    if not store.exists(SUCCESS):
-        return None
-    manifest = read_success_marker(store, verify_files=verify_files)
-    if job_id is not None and manifest["job_id"] != job_id:
-        return None
-    return manifest
 
 
 class SuccessMarkerSensor(BaseSensorOperator):
@@ -61,7 +47,8 @@ class SuccessMarkerSensor(BaseSensorOperator):
                    timeout=timedelta(seconds=self.timeout) if self.timeout else None)
 
     def poke(self, context: Mapping[str, Any]) -> PokeReturnValue:
-        manifest = check_success_marker(self.target, self.conn_id, self.job_id, self.verify_files)
+        manifest = CommitStorageHook(self.conn_id).committed_manifest(self.target, job_id=self.job_id,
+                                                                        verify_files=self.verify_files)
         if manifest is None:
             self.log.info("no committed _SUCCESS under %s yet", self.target)
             return PokeReturnValue(is_done=False)

@@ -8,6 +8,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from ..hooks.storage import CommitStorageHook
+
 
 class SuccessMarkerTrigger(BaseTrigger):
     """Fires when a valid ``_SUCCESS`` exists under *target* (and, with *job_id*, belongs to that job)."""
@@ -27,12 +29,11 @@ class SuccessMarkerTrigger(BaseTrigger):
                  "verify_files": self.verify_files, "poke_interval": self.poke_interval})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from ..sensors.success_marker import check_success_marker
-
+        hook = CommitStorageHook(self.conn_id)
         while True:
             try:
-                manifest = await asyncio.to_thread(check_success_marker, self.target, self.conn_id, self.job_id,
-                                                   self.verify_files)
+                manifest = await asyncio.to_thread(hook.committed_manifest, self.target, job_id=self.job_id,
+                                                   verify_files=self.verify_files)
             except Exception as exc:  # a corrupt manifest is an answer, not a reason to keep waiting
                 yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
                 return

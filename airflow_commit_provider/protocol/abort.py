@@ -1,0 +1,94 @@
+"""Aborting a job: the failed run's teardown (keep committed tasks for recovery) or Hadoop's abortJob (purge).
+
+Every uncommitted attempt is first recorded failed (I10), so a zombie of it can never commit afterwards; an
+attempt that had already claimed its commit is left alone (its commit may still finish, and then counts).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import records
+from .faults import inject
+from .layout import TEMPORARY, parse_attempt_name
+from .markers import marker_dirs_above, withdraw_markers
+from .publish import delete_and_prune
+
+if TYPE_CHECKING:
+    from .committer import FileOutputCommitter
+
+
+def abort_job(c: FileOutputCommitter, *, keep_committed: bool = False) -> dict[str, Any]:
+    """See :meth:`FileOutputCommitter.abort_job`."""
+    job = c.job_record()
+    if job is None:
+        state = "committed" if c.commit_log() is not None else "absent"
+        return {"job_id": c.job_id, "state": state, "aborted": False}
+    if c._plan(job) is not None:
+        return {"job_id": c.job_id, "state": "committing", "aborted": False}
+    apps = c._app_attempts(job)
+    removed_visible: list[str] = []
+    kept: list[int] = []
+    kept_uploads: set[str] = set()
+    for app in apps:
+        committed: set[tuple[int, int]] = set()
+        for rec in c.status_reader.app_records(app, job["job_uuid"]):
+            if rec.get("recovered_from_app") is not None:
+                if not c.publisher.keeps_committed:  # adopts a v2 commit that goes below: it must go too
+                    c.store.delete_file(c.layout.task_record(app, rec["task"]))
+                continue  # points at an earlier application attempt's record, handled there
+            if not c.publisher.keeps_committed:
+                # v2: the attempt is recorded failed and its record removed first (nobody recovers it from now
+                # on), then its visible files; a crash in between leaves strays that the next commit or abort
+                # of the generation sweeps
+                c.ledger.overrule(rec["app_attempt"], rec["task"], rec["attempt"])
+                c.store.delete_file(c.layout.task_record(rec["app_attempt"], rec["task"]))
+                removed_visible += c.publisher.withdraw_commit(rec)
+                continue
+            committed.add((rec["task"], rec["attempt"]))
+            if keep_committed:
+                c.publisher.complete_task_commit(rec)  # its data must leave the attempt directory before that goes
+                kept.append(rec["task"])
+                kept_uploads.update(f["upload_id"] for f in rec["files"] if "upload_id" in f)
+        if keep_committed:
+            for task, attempt in sorted(attempts_with_trace(c, app) - committed):
+                c._fail_and_discard(app, task, attempt)
+                inject("abort_job.mid_delete")
+    strays = sorted(c.publisher.strays(c._visible_files(), set(), job["job_uuid"]))
+    if strays:
+        withdraw_markers(c.store, marker_dirs_above(strays))
+        delete_and_prune(c.store, strays, c.commit_threads)
+    removed_visible += strays
+    removed = len(removed_visible) + c.publisher.abort_external(job["job_uuid"],
+                                                                kept_uploads if keep_committed else set())
+    if keep_committed:
+        if apps:
+            c.store.write_bytes(c.layout.abort_record(apps[0]), records.dumps(
+                "abort", {"at": records.now_iso(), "kept_committed_tasks": sorted(set(kept)),
+                          "visible_files_removed": len(removed_visible)}))
+        inject("abort_job.after_delete")
+        return {"job_id": c.job_id, "state": "aborted", "aborted": True, "app_attempts": sorted(apps),
+                "kept_committed_tasks": sorted(set(kept)), "visible_files_removed": removed}
+    # purge: the generation dies with its job record; a zombie that commits afterwards finds no job (or a new
+    # generation, whose records it cannot join)
+    for name in sorted(c.store.list_dir(c.layout.job_dir)):
+        if name.isdigit():
+            c.store.delete_tree(c.layout.app_dir(int(name)))
+            inject("abort_job.mid_delete")
+    c.store.delete_file(c.layout.job_record)
+    c.store.delete_tree(c.layout.job_dir)
+    c.store.remove_dir_if_empty(TEMPORARY)
+    inject("abort_job.after_delete")
+    return {"job_id": c.job_id, "state": "aborted", "aborted": True, "app_attempts": sorted(apps),
+            "kept_committed_tasks": [], "visible_files_removed": removed}
+
+
+def attempts_with_trace(c: FileOutputCommitter, app: int) -> set[tuple[int, int]]:
+    """``(task, attempt)`` of every attempt of an application attempt with a trace: a ``.started`` mark, a fate,
+    or a work directory (an attempt set up by an older version of this package has only that)."""
+    found = {(t.task, t.attempt) for t in c.ledger.traces(app)}
+    for name in c.store.list_dir(c.layout.work_root(app)):
+        key = parse_attempt_name(name)
+        if key is not None:
+            found.add(key)
+    return found

@@ -1,0 +1,390 @@
+"""Job commit as named stages, after Hadoop's manifest committer (``CommitJobStage``).
+
+::
+
+    RecoverTasks -> FixPlan -> WithdrawMarkers -> Publish -> DeleteOld -> SaveCommitLog -> WriteMarkers -> Cleanup
+
+Each stage is a small class whose :meth:`Stage.apply` takes the previous stage's output; the base
+:class:`Stage` times it, counts the store requests it made, logs it at INFO under its name and fires its fault
+point afterwards, so the crash matrix kills a job commit between any two stages. The plan fixed by
+:class:`FixPlan` (exclusively, before anything visible changes) is what makes the whole resumable: a retry reads
+it and runs the stages from :class:`WithdrawMarkers` on, every one idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from . import records
+from .errors import CorruptRecord, InvalidOutputSpec, JobIncomplete
+from .faults import inject
+from .layout import SUCCESS, TEMPORARY
+from .markers import marker_dirs_above, withdraw_markers, write_markers
+from .parallel import parallel
+from .paths import partition_of
+from .publish import delete_and_prune
+from .stores import Store
+
+if TYPE_CHECKING:
+    from .committer import FileOutputCommitter
+
+log = logging.getLogger(__name__)
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+
+class StageClock:
+    """Wall time per stage of a job commit and, on object stores, requests by operation and bytes copied."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.durations: dict[str, float] = {}
+        self.requests: dict[str, dict[str, int]] = {}
+        connecting = time.monotonic()
+        self._r = store.request_counts()  # on S3 the first call starts the client: timed apart, not as a stage
+        self.start = self._t = time.monotonic()
+        self.connect = self.start - connecting
+        self.bytes_copied_start = store.bytes_copied
+
+    def end(self, stage: str) -> dict[str, int]:
+        """Close *stage*: its duration and the requests it made (returned)."""
+        now, counts = time.monotonic(), self.store.request_counts()
+        self.durations[stage] = round(now - self._t, 6)
+        delta = {op: n - self._r.get(op, 0) for op, n in counts.items() if n != self._r.get(op, 0)}
+        if counts:
+            self.requests[stage] = delta
+        self._t, self._r = now, counts
+        return delta
+
+    def summary(self) -> dict[str, Any]:
+        self.durations["total"] = round(time.monotonic() - self.start, 6)
+        if self.connect >= 0.001:
+            self.durations["client_start"] = round(self.connect, 6)
+        return {"durations": dict(self.durations), "requests": dict(self.requests),
+                "bytes_copied": self.store.bytes_copied - self.bytes_copied_start}
+
+
+@dataclass
+class JobCommitRun:
+    """What every stage of one job commit shares: the committer, the job record, and the clock."""
+
+    committer: FileOutputCommitter
+    job: Mapping[str, Any]
+    clock: StageClock
+    started: str
+    resumed: bool = False
+
+
+@dataclass
+class Plan:
+    """The commit plan (its JSON is the plan record) and the task records it fixed, in task order."""
+
+    doc: Mapping[str, Any]
+    recs: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Stage(ABC, Generic[In, Out]):
+    """One stage of job commit: timed, counted and logged by this base, then its fault point fired."""
+
+    #: the stage's name in ``_SUCCESS.durations`` and in the log
+    name: str = ""
+    #: the fault point fired after the stage (:mod:`.faults`), if any
+    fault: str | None = None
+
+    def __init__(self, run: JobCommitRun) -> None:
+        self.run = run
+        self.c = run.committer
+
+    def __call__(self, arg: In) -> Out:
+        out = self.apply(arg)
+        requests = self.run.clock.end(self.name)
+        log.info("job %s: %s: %.1f ms%s%s", self.c.job_id, self.name, self.run.clock.durations[self.name] * 1000,
+                 "".join(f", {k} {v}" for k, v in self.counts(out).items()),
+                 f", requests {sum(requests.values())}" if requests else "")
+        if self.fault:
+            inject(self.fault)
+        return out
+
+    @abstractmethod
+    def apply(self, arg: In) -> Out:
+        """Do the stage's work on the previous stage's output."""
+
+    def counts(self, out: Out) -> dict[str, int]:
+        """What the log line reports besides the time (files, bytes, ...)."""
+        return {}
+
+
+class RecoverTasks(Stage[Sequence[int], dict[int, dict[str, Any]]]):
+    """Every expected task's record in the current application attempt, recovering earlier attempts' (I5), and
+    each task commit's effect finished; :class:`JobIncomplete` naming the tasks nobody committed (I3)."""
+
+    name = "recovery"
+    fault = "commit_job.after_recovery"
+
+    def apply(self, tasks: Sequence[int]) -> dict[int, dict[str, Any]]:
+        c, job = self.c, self.run.job
+        app = c.current_app_attempt(job)
+        recs: dict[int, dict[str, Any]] = {}
+        missing: list[int] = []
+
+        def recover(task: int) -> None:
+            rec = c._recover(job, app, task)
+            if rec is None:
+                missing.append(task)
+            else:
+                recs[task] = rec
+
+        parallel(recover, list(tasks), c.commit_threads)
+        if missing:
+            missing.sort()
+            shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
+            raise JobIncomplete(f"job {c.job_id} cannot commit: {len(missing)} of {len(tasks)} expected task(s) "
+                                f"have no committed attempt: {shown}", missing)
+        owner: dict[str, int] = {}
+        for task in tasks:
+            for f in recs[task]["files"]:
+                if f["path"] in owner:
+                    raise InvalidOutputSpec(f"tasks {owner[f['path']]} and {task} both wrote {f['path']}; file "
+                                            "names must be unique across tasks (include the task number)")
+                owner[f["path"]] = task
+        parallel(c.publisher.complete_task_commit, list(recs.values()), c.commit_threads)
+        return {t: recs[t] for t in tasks}
+
+    def counts(self, out: dict[int, dict[str, Any]]) -> dict[str, int]:
+        return {"tasks": len(out), "files": sum(len(r["files"]) for r in out.values())}
+
+
+class FixPlan(Stage[dict[int, dict[str, Any]], Plan]):
+    """Decide, before anything visible changes, what the commit does, and record it exclusively: the tasks, the
+    old files to delete, the markers to withdraw, the attempt history. The plan names tasks (their records in an
+    application attempt are never rewritten), so it stays small whatever the number of files. A concurrent job
+    commit that fixed its plan first wins; this one then follows that plan."""
+
+    name = "plan"
+
+    def apply(self, recs: dict[int, dict[str, Any]]) -> Plan:
+        c, job = self.c, self.run.job
+        dsts = {f["path"] for rec in recs.values() for f in rec["files"]}
+        replaced = set((job.get("replaces") or {}).get("files", []))
+        replace_files = set(job.get("replace_files") or [])  # e.g. the small files a compaction merged
+        visible = c._visible_files()
+        strays = c.publisher.strays(visible, dsts, job["job_uuid"])
+        if c.mode == "error":
+            c._check_empty(replaced | dsts | strays, visible)
+        deletions: set[str] = set()
+        if c.mode == "overwrite":
+            deletions = set(visible)
+        elif c.mode == "dynamic":
+            parts = {partition_of(p) for p in dsts}
+            deletions = {p for p in visible if partition_of(p) in parts}
+        elif c.publisher.visibility == "job-commit":
+            clobbered = sorted(p for p in dsts if p in visible and p not in replaced)
+            if clobbered:
+                raise InvalidOutputSpec(f"{c.mode} would replace existing file(s) {clobbered[:5]} in "
+                                        f"{c.store.url()}; nothing was changed")
+        deletions |= ((replaced | replace_files) & visible) | strays
+        deletions -= dsts
+        withdraw = marker_dirs_above(dsts | deletions)
+        if c.mode == "overwrite":
+            withdraw |= set(c.store.marker_dirs(SUCCESS))
+        winners = {(r.get("original_app_attempt", r["app_attempt"]), r["task"]): r["attempt"]
+                   for r in recs.values()}
+        history = {str(t): h for t, h in c.status_reader.attempt_history(job, winners).items()
+                   if h["failed_attempts"] or h["denied_attempts"] or h["unfinished_attempts"]}
+        doc = {"job_id": c.job_id, "job_uuid": job["job_uuid"], "app_attempt": c.current_app_attempt(job),
+               "started": self.run.started, "tasks": sorted(recs), "deletions": sorted(deletions),
+               "withdraw": sorted(withdraw), "attempt_history": history}
+        if not c.store.create_exclusive(c.layout.plan(job["job_uuid"]), records.dumps("commit-plan", doc)):
+            stored = c._plan(job)
+            assert stored is not None
+            return Plan(stored, planned_records(c, stored))
+        return Plan(doc, list(recs.values()))
+
+    def counts(self, out: Plan) -> dict[str, int]:
+        return {"deletions": len(out.doc["deletions"]), "markers": len(out.doc.get("withdraw", []))}
+
+
+class WithdrawMarkers(Stage[Plan, Plan]):
+    """I9: every marker above a file this commit adds or deletes goes before the first such change. The plan
+    names them, so a resumed commit withdraws them again (idempotent) before it continues."""
+
+    name = "withdraw"
+    fault = "commit_job.after_withdraw"
+
+    def apply(self, plan: Plan) -> Plan:
+        withdraw_markers(self.c.store, plan.doc.get("withdraw", [""]))
+        return plan
+
+
+class Publish(Stage[Plan, int]):
+    """Make every planned task's files visible at their final names, through the algorithm's publisher
+    (:mod:`.publish`); then the publisher's clean-up (magic: abort the job's other uploads). Returns the number
+    of directories renamed whole. A compaction (``replace_first``) deletes its inputs first."""
+
+    name = "moves"
+    fault = "commit_job.after_moves"
+
+    def apply(self, plan: Plan) -> int:
+        if self.run.job.get("replace_first"):
+            delete_and_prune(self.c.store, plan.doc["deletions"], self.c.commit_threads)
+        renamed = self.c.publisher.publish(plan.recs)
+        self.c.publisher.after_publish(self.run.job["job_uuid"], plan.recs)
+        return renamed
+
+    def counts(self, out: int) -> dict[str, int]:
+        return {"directories_renamed": out}
+
+
+class DeleteOld(Stage[Plan, int]):
+    """Delete the plan's old files (after the new ones are in place: I8), then the directories that emptied."""
+
+    name = "deletes"
+    fault = "commit_job.after_deletes"
+
+    def apply(self, plan: Plan) -> int:
+        if not self.run.job.get("replace_first"):
+            delete_and_prune(self.c.store, plan.doc["deletions"], self.c.commit_threads)
+        return len(plan.doc["deletions"])
+
+    def counts(self, out: int) -> dict[str, int]:
+        return {"files": out}
+
+
+class SaveCommitLog(Stage[tuple[Plan, int], dict[str, Any]]):
+    """Build the manifest and write the commit log ``_commits/<job>.json``, the record of the committed job that
+    outlives ``_temporary`` (the next generation's commit replaces these files; the UI reads its history)."""
+
+    name = "commit_log"
+    fault = "commit_job.after_commit_log"
+
+    def apply(self, arg: tuple[Plan, int]) -> dict[str, Any]:
+        plan, renamed = arg
+        c, job = self.c, self.run.job
+        manifest = build_manifest(c, job, plan, self.run.resumed)
+        manifest["diagnostics"]["directories_renamed"] = renamed
+        previous = c.commit_log()
+        history = []
+        if previous is not None and previous["job_uuid"] != job["job_uuid"]:
+            history = previous.get("history", []) + [{k: previous.get(k) for k in (
+                "job_uuid", "generation", "app_attempt", "finished", "totals")}]
+        elif previous is not None:
+            history = previous.get("history", [])
+        files = manifest.pop("files")
+        c.store.write_bytes(c.layout.commit_log, records.dumps("commit-log", {**manifest, "history": history},
+                                                               files=records.encode(files)))
+        manifest["files"] = files
+        return manifest
+
+    def counts(self, out: dict[str, Any]) -> dict[str, int]:
+        return {"files": out["totals"]["files"], "bytes": out["totals"]["bytes"]}
+
+
+class WriteMarkers(Stage[dict[str, Any], dict[str, Any]]):
+    """The markers, ``_SUCCESS`` of the root last (I4): they list the job's files and what they retain."""
+
+    name = "markers"
+    fault = "commit_job.after_success"
+
+    def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        costs = self.run.clock.summary()
+        manifest["durations"] = costs["durations"]
+        manifest["diagnostics"].update(requests=costs["requests"], bytes_copied=costs["bytes_copied"])
+        retained = write_markers(self.c.store, {k: v for k, v in manifest.items() if k != "files"},
+                                 manifest["files"], per_partition=self.c.mode == "dynamic")
+        manifest["diagnostics"]["retained_files"] = retained
+        return manifest
+
+
+class Cleanup(Stage[dict[str, Any], dict[str, Any]]):
+    """Delete ``_temporary/<job>`` (and ``_temporary`` once empty). Only deletes, only under hidden names, after
+    ``_SUCCESS``: readers never look there, and a crash from here on is finished from the commit log. The job
+    record goes first: without it (and with the commit log) the generation counts as committed."""
+
+    name = "cleanup_after_success"
+    fault = "commit_job.after_cleanup"
+
+    def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        c = self.c
+        c.store.delete_file(c.layout.job_record)
+        c.store.delete_tree(c.layout.job_dir)
+        c.store.remove_dir_if_empty(TEMPORARY)
+        return manifest
+
+
+def build_manifest(c: FileOutputCommitter, job: Mapping[str, Any], plan: Plan, resumed: bool) -> dict[str, Any]:
+    """The ``_SUCCESS`` document of a job commit, from its plan and records (durations are added last)."""
+    recs = plan.recs
+    files = sorted(({"path": f["path"], "size": f["size"], "rows": f.get("rows"), "task": rec["task"]}
+                    for rec in recs for f in rec["files"]), key=lambda f: f["path"])
+    rows = [f["rows"] for f in files]
+    warnings = []
+    if c.publisher.visibility == "task-commit":
+        warnings.append(f"algorithm {c.publisher.label}: each task's files became visible at its task commit, "
+                        "before job commit; readers during the job could see partial output")
+    partitions = sorted({partition_of(f["path"]) for f in files} - {""})
+    history = plan.doc.get("attempt_history", {})
+    empty = {"failed_attempts": [], "denied_attempts": [], "unfinished_attempts": []}
+    return {
+        "committer": c.committer_name, "algorithm": c.publisher.algorithm, "mode": c.mode,
+        "partition_by": list(c.partition_by), "job_id": c.job_id, "job_uuid": job["job_uuid"],
+        "generation": job["generation"], "app_attempt": plan.doc["app_attempt"], "labels": job.get("labels", {}),
+        "started": plan.doc["started"], "finished": records.now_iso(), "output": c.store.url(),
+        "files": files,
+        "totals": {"files": len(files), "bytes": sum(f["size"] for f in files),
+                   "rows": sum(r for r in rows if r is not None) if None not in rows else None,
+                   "tasks": len(recs), "partitions": len(partitions)},
+        "partitions": partitions,
+        "tasks": [{"task": r["task"], "attempt": r["attempt"], "app_attempt": r["app_attempt"],
+                   "recovered_from_app": r.get("recovered_from_app"), "files": len(r["files"]),
+                   **{**empty, **history.get(str(r["task"]), {})}} for r in recs],
+        "deleted": {"files": len(plan.doc["deletions"])},
+        "replaced_generation": (job.get("replaces") or {}).get("job_uuid"),
+        "durations": {},
+        "diagnostics": {"resumed": resumed, "commit_threads": c.commit_threads, "store": c.store.protocol,
+                        "visibility": c.publisher.visibility, "warnings": warnings, "pid": os.getpid()},
+    }
+
+
+def run_job_commit(c: FileOutputCommitter, job: Mapping[str, Any], tasks: Sequence[int] | None,
+                   clock: StageClock) -> dict[str, Any]:
+    """Run the stages: from the start, or, when a plan exists (a crashed commit), from the withdrawal on."""
+    run = JobCommitRun(c, job, clock, records.now_iso())
+    stored = c._plan(job)
+    if stored is None:
+        if tasks is None:
+            tasks = sorted(c._registered_tasks(job))
+        plan = FixPlan(run)(RecoverTasks(run)(tasks))
+    else:
+        run.resumed = True
+        plan = Plan(stored, planned_records(c, stored))
+    inject("commit_job.after_plan")
+    plan = WithdrawMarkers(run)(plan)
+    renamed = Publish(run)(plan)
+    DeleteOld(run)(plan)
+    manifest = WriteMarkers(run)(SaveCommitLog(run)((plan, renamed)))
+    # _SUCCESS holds the stages up to its own writing; the caller also gets the markers stage and the cleanup
+    manifest["durations"]["markers"] = run.clock.durations["markers"]
+    manifest["durations"]["total"] = round(time.monotonic() - run.clock.start, 6)
+    cleanup_started = time.monotonic()
+    Cleanup(run)(manifest)
+    manifest["durations"]["cleanup_after_success"] = round(time.monotonic() - cleanup_started, 6)
+    return manifest
+
+
+def planned_records(c: FileOutputCommitter, plan: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The task records a plan fixed (records in an application attempt are never rewritten)."""
+    recs = []
+    for task in plan["tasks"]:
+        rec = c._task_record(plan["app_attempt"], task, plan["job_uuid"])
+        if rec is None:
+            raise CorruptRecord(f"job {c.job_id}: the commit plan names task {task}, whose record "
+                                f"{c.store.url(c.layout.task_record(plan['app_attempt'], task))} is gone")
+        recs.append(rec)
+    return recs

@@ -1,0 +1,99 @@
+"""The job as the storage tells it: the read model the commit-status view, the sensor and the CLI use.
+
+Reads only, safe at any moment, from any process: nothing of a job lives in memory or in Airflow's XCom.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from . import records
+from .attempts import COMMITTING, FAILED
+from .layout import SUCCESS
+
+if TYPE_CHECKING:
+    from .committer import FileOutputCommitter
+
+
+class JobStatus:
+    """Reads one job's records: state, tasks, attempts."""
+
+    def __init__(self, committer: FileOutputCommitter) -> None:
+        self.c = committer
+
+    def status(self) -> dict[str, Any]:
+        """``absent``, ``running``, ``failed`` (aborted, committed tasks kept), ``committing`` or ``committed``,
+        with per-task attempts."""
+        c = self.c
+        job = c.job_record()
+        if job is None:
+            log = c.commit_log()
+            if log is None:
+                return {"job_id": c.job_id, "state": "absent", "output": c.store.url()}
+            success = records.read(c.store, SUCCESS, "success")
+            if success is not None and success.get("job_uuid") == log["job_uuid"]:
+                log = {**log, "durations": success["durations"], "diagnostics": success["diagnostics"]}
+            return {"state": "committed", **{k: v for k, v in log.items() if k not in ("format", "version")}}
+        apps = c._app_attempts(job)
+        app = apps[0] if apps else int(job["first_app_attempt"])
+        plan = c._plan(job)
+        tasks: dict[int, dict[str, Any]] = {}
+        for a in sorted(apps):
+            for rec in self.app_records(a, job["job_uuid"]):
+                if a == app or rec["task"] not in tasks:
+                    tasks[rec["task"]] = {"task": rec["task"], "attempt": rec["attempt"], "app_attempt": a,
+                                          "recovered_from_app": rec.get("recovered_from_app"),
+                                          "files": len(rec["files"]),
+                                          "rows": sum(f.get("rows") or 0 for f in rec["files"]),
+                                          "bytes": sum(f["size"] for f in rec["files"]), "current": a == app}
+        for t, hist in self.attempt_history(job).items():
+            tasks.setdefault(t, {"task": t, "attempt": None, "app_attempt": None, "files": 0, "rows": 0,
+                                 "bytes": 0, "current": False}).update(hist)
+        aborted = records.read(c.store, c.layout.abort_record(app), "abort")
+        state = "committing" if plan is not None else ("failed" if aborted else "running")
+        return {"job_id": c.job_id, "state": state, "job_uuid": job["job_uuid"],
+                "generation": job["generation"], "app_attempt": app, "committer": c.committer_name,
+                "algorithm": c.publisher.algorithm, "mode": c.mode, "output": c.store.url(),
+                "labels": job.get("labels", {}), "aborted": aborted,
+                "tasks": [tasks[t] for t in sorted(tasks)]}
+
+    def app_records(self, app: int, job_uuid: str) -> list[dict[str, Any]]:
+        """Every task commit record of one application attempt (of generation *job_uuid*)."""
+        out = []
+        for name in self.c.store.list_dir(self.c.layout.commits_dir(app)):
+            if name.startswith("task_") and name.endswith(".json") and name[5:-5].isdigit():
+                rec = self.c._task_record(app, int(name[5:-5]), job_uuid)
+                if rec is not None:
+                    out.append(rec)
+        return out
+
+    def attempt_history(self, job: Mapping[str, Any], winners: Mapping[tuple[int, int], int] | None = None
+                        ) -> dict[int, dict[str, list[str]]]:
+        """Per task, the attempts that failed, were denied, or are unfinished (``<app>.<try>``).
+
+        ``failed``: recorded failed (aborted, fenced by a newer try, removed by the teardown); ``denied``: claimed
+        its commit and lost to another attempt; ``unfinished``: set up, with no fate yet (running, or killed and
+        not yet seen by a newer try). *winners* maps ``(application attempt, task)`` to the committed attempt when
+        the caller has the records already (job commit); otherwise every record is read.
+        """
+        out: dict[int, dict[str, list[str]]] = {}
+        apps = self.c._app_attempts(job)
+        if winners is None:
+            winners = {(a, rec["task"]): rec["attempt"] for a in apps for rec in self.app_records(a, job["job_uuid"])
+                       if rec.get("recovered_from_app") is None}
+        for a in apps:
+            known = {(t, at): COMMITTING for (wa, t), at in winners.items() if wa == a}
+            for trace in self.c.ledger.traces(a, known=known):
+                hist = out.setdefault(trace.task, {"failed_attempts": [], "denied_attempts": [],
+                                                   "unfinished_attempts": []})
+                if winners.get((a, trace.task)) == trace.attempt:
+                    continue
+                name = f"{a}.{trace.attempt}"
+                if trace.fate == FAILED:
+                    hist["failed_attempts"].append(name)
+                elif trace.fate == COMMITTING:
+                    hist["denied_attempts"].append(name)
+                else:
+                    hist["unfinished_attempts"].append(name)
+        return out

@@ -1,0 +1,59 @@
+"""Stores: storage under one output root: the few operations the protocol needs, with their atomicity made explicit.
+
+The commit coordinator is the storage itself: a task attempt wins by creating its commit record with an atomic
+create-if-absent (:meth:`Store.create_exclusive`). Every store says how it provides that:
+
+- local disk: write a temporary file, then ``os.link`` it to the record's name (atomic, fails if the name exists,
+  and a reader never sees a half-written record);
+- S3: PutObject with ``If-None-Match: *`` (see :mod:`.s3`);
+- fsspec's memory file system: a lock (it only exists inside one process anyway).
+
+A file system without such an operation is refused with :class:`StorageCapabilityError` instead of being
+coordinated by a check-then-write race.
+
+All paths given to a store are relative to its root, ``/``-separated.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..errors import InvalidOutputSpec
+from .base import Store
+from .generic import FsspecStore
+from .local import LocalStore
+from .s3 import S3Store
+
+__all__ = ["FsspecStore", "LocalStore", "S3Store", "Store", "store_for"]
+
+
+def store_for(target: Any, *, fs: Any = None, storage_options: dict[str, Any] | None = None) -> Store:
+    """The store for an output root given as a local path, a URL (``memory://``, ``s3://``) or an fsspec object.
+
+    *fs* wins when given (the Airflow hooks resolve it from a connection); otherwise the URL is resolved by fsspec.
+    """
+    if isinstance(target, Store):
+        return target
+    target = os.fspath(target) if not isinstance(target, str) and hasattr(target, "__fspath__") else target
+    if not isinstance(target, str) or not target.strip():
+        raise InvalidOutputSpec(f"output root must be a non-empty path or URL, got {target!r}")
+    if "\x00" in target:
+        raise InvalidOutputSpec(f"output root {target!r} contains a NUL character")
+    if fs is None:
+        if "://" not in target:
+            return LocalStore(target)
+        import fsspec
+
+        try:
+            fs, path = fsspec.core.url_to_fs(target, **(storage_options or {}))
+        except (ValueError, ImportError) as exc:
+            raise InvalidOutputSpec(f"cannot resolve a file system for {target!r}: {exc}") from exc
+    else:
+        path = fs._strip_protocol(target)
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    if protocol in ("file", "local"):
+        return LocalStore(path)
+    if protocol in ("s3", "s3a"):
+        return S3Store(fs, path)
+    return FsspecStore(fs, path)

@@ -1,0 +1,163 @@
+"""The operations a store offers under one output root, with their atomicity made explicit (see the package doc)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import IO
+
+from ..parallel import parallel
+from ..paths import is_hidden
+
+
+class Store(ABC):
+    """Operations under one output root. Subclasses fix atomicity; see the module docstring."""
+
+    #: ``True`` when :meth:`move_no_replace` exists: a move is one metadata operation that can refuse to replace
+    #: (hard links on a local disk). v1 task commit then stages files next to the other tasks' committed files.
+    link_moves: bool = False
+    #: Threads for file moves at job commit when the caller does not choose. Renames into one local directory
+    #: serialise on the directory lock, so local stores gain little from threads; object stores gain a lot.
+    default_commit_threads: int = 8
+    #: ``True`` for stores on which moving a file copies its bytes (object stores).
+    move_copies_bytes: bool = False
+    protocol: str = ""
+
+    @abstractmethod
+    def url(self, rel: str = "") -> str:
+        """A full, human-readable location for *rel* (for messages and manifests)."""
+
+    @abstractmethod
+    def exists(self, rel: str) -> bool: ...
+
+    @abstractmethod
+    def isdir(self, rel: str) -> bool: ...
+
+    @abstractmethod
+    def read_bytes(self, rel: str) -> bytes:
+        """Content of a file; :class:`FileNotFoundError` when it does not exist."""
+
+    @abstractmethod
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Create or replace a file so that readers see the old or the new content, never a mix."""
+
+    @abstractmethod
+    def create_exclusive(self, rel: str, data: bytes) -> bool:
+        """Create a file atomically if it does not exist. ``True`` if this call created it, ``False`` if it existed."""
+
+    @abstractmethod
+    def makedirs(self, rel: str) -> None: ...
+
+    @abstractmethod
+    def list_files(self, rel: str = "", *, visible_only: bool = False) -> list[tuple[str, int]]:
+        """Every file under *rel*, recursively: ``(path relative to rel, size)``. Empty when *rel* is missing.
+
+        With *visible_only*, names with a component starting with ``_`` or ``.`` (what readers skip: the
+        protocol's own records and work directories) are left out; the local disk does not even walk them.
+        """
+
+    def list_names(self, rel: str) -> list[str]:
+        """The paths of :meth:`list_files` without their sizes (on a local disk: no stat per file)."""
+        return [path for path, _ in self.list_files(rel)]
+
+    @abstractmethod
+    def list_dir(self, rel: str) -> list[str]:
+        """Names of the direct children of *rel* (files and directories). Empty when *rel* is missing."""
+
+    def list_dir_prefix(self, rel: str, prefix: str) -> list[str]:
+        """The names of :meth:`list_dir` that start with *prefix* (object stores ask for just those)."""
+        return [name for name in self.list_dir(rel) if name.startswith(prefix)]
+
+    def marker_dirs(self, name: str) -> list[str]:
+        """Every directory readers see (no hidden component) that holds a file called *name*: the ``_SUCCESS``
+        markers an overwrite must withdraw. ``""`` is the root."""
+        out = []
+        for rel, _ in self.list_files(""):
+            head, _, tail = rel.rpartition("/")
+            if tail == name and not is_hidden(head):
+                out.append(head)
+        return sorted(out)
+
+    def missing(self, rels: list[str]) -> list[str]:
+        """Those of *rels* that do not exist: one listing per directory involved, not one request per file."""
+        by_dir: dict[str, list[str]] = {}
+        for rel in rels:
+            head, _, name = rel.rpartition("/")
+            by_dir.setdefault(head, []).append(name)
+        out = []
+        for head, names in by_dir.items():
+            present = set(self.list_dir(head))
+            out += [f"{head}/{n}" if head else n for n in names if n not in present]
+        return out
+
+    @abstractmethod
+    def move_file(self, src: str, dst: str, size: int | None = None) -> None:
+        """Move one file, replacing *dst*; :class:`FileNotFoundError` when *src* is missing. *size*, when known,
+        feeds the bytes-copied accounting of stores on which a move is a copy."""
+
+    @abstractmethod
+    def delete_file(self, rel: str) -> None:
+        """Delete one file; a missing file is not an error (deletions are repeated by resumed commits)."""
+
+    def delete_files(self, rels: list[str]) -> None:
+        """Delete several files; missing ones are not an error."""
+        for rel in rels:
+            self.delete_file(rel)
+
+    def delete_many(self, rels: Sequence[str], threads: int, after_each: Callable[[], None]) -> None:
+        """Delete many files (missing ones are fine), calling *after_each* after each request: one per file here,
+        one per batch on stores that delete in batches."""
+        def delete(rel: str) -> None:
+            self.delete_file(rel)
+            after_each()
+
+        parallel(delete, list(rels), threads)
+
+    def publish_files(self, moves: Sequence[tuple[str, str, int | None]], threads: int,
+                      after_each: Callable[[], None]) -> None:
+        """Make each ``(src, dst, size)`` visible at *dst* (replacing it), idempotently: a *src* already gone while
+        *dst* exists counts as done (an earlier, interrupted run); :class:`FileNotFoundError` naming *src* when
+        both are gone. *after_each* runs after each file published."""
+        def move(item: tuple[str, str, int | None]) -> None:
+            src, dst, size = item
+            try:
+                self.move_file(src, dst, size)
+            except FileNotFoundError:
+                if not self.exists(dst):
+                    raise FileNotFoundError(self.url(src)) from None
+                return
+            after_each()
+
+        parallel(move, list(moves), threads)
+
+    @abstractmethod
+    def delete_tree(self, rel: str) -> None:
+        """Delete a directory and everything under it; missing is not an error."""
+
+    @abstractmethod
+    def remove_dir_if_empty(self, rel: str) -> bool:
+        """Remove an empty directory; ``False`` when it holds anything (another job's work, say)."""
+
+    @abstractmethod
+    def open_write(self, rel: str) -> IO[bytes]:
+        """A binary file object for writing a new data file (parent directories are created)."""
+
+    def move_no_replace(self, src: str, dst: str) -> None:
+        """Move a file unless *dst* holds another one (:class:`FileExistsError`); :class:`FileNotFoundError` when
+        *src* is missing. Finishing a move a crash interrupted is not an error. Only where ``link_moves``."""
+        raise NotImplementedError(f"{type(self).__name__} has no move that refuses to replace")
+
+    def move_dir_if_absent(self, src: str, dst: str) -> bool:
+        """Rename the directory *src* to *dst* in one step if nothing is at *dst*; ``False`` (nothing changed) when
+        something is, or when the store has no directory rename (object stores: a "directory" is a prefix)."""
+        return False
+
+    def request_counts(self) -> dict[str, int]:
+        """Requests made so far, by operation (object stores count them; others return nothing)."""
+        return {}
+
+    bytes_copied: int = 0
+
+    def ensure_root(self) -> None:
+        """Make sure the output root exists (the pre-task of an overwrite)."""
+        self.makedirs("")

@@ -1,0 +1,97 @@
+"""The package's shape, checked from its source: no import cycles, and the layout written down once."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from airflow_commit_provider.protocol import layout
+
+from ..conftest import REPO
+
+PACKAGE = REPO / "airflow_commit_provider"
+
+
+def module_of(path: Path) -> str:
+    rel = path.relative_to(REPO).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def import_edges() -> dict[str, set[str]]:
+    """Module -> the package modules it imports, anywhere in it (a late import inside a function hides a cycle, it
+    does not remove it), except under ``if TYPE_CHECKING:`` (annotations only)."""
+    modules = {module_of(p): p for p in PACKAGE.rglob("*.py")}
+    edges: dict[str, set[str]] = {m: set() for m in modules}
+    for mod, path in modules.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        tree = ast.parse(path.read_text())
+        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                       and "TYPE_CHECKING" in ast.unparse(block.test) for n in ast.walk(block)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.ImportFrom):
+                base = package
+                for _ in range(node.level - 1):
+                    base = base.rpartition(".")[0]
+                target = (f"{base}.{node.module}" if node.module else base) if node.level else node.module or ""
+                names = [f"{target}.{a.name}" for a in node.names] + [target]
+                # the parent packages are imported before any module in them anyway: no edge
+                edges[mod].update(n for n in names if n in modules and n != mod and not mod.startswith(n + "."))
+            elif isinstance(node, ast.Import):
+                edges[mod].update(a.name for a in node.names if a.name in modules)
+    return edges
+
+
+def test_no_import_cycles():
+    edges = import_edges()
+    cycles = []
+
+    def visit(node: str, stack: list[str], on_stack: set[str], done: set[str]) -> None:
+        on_stack.add(node)
+        stack.append(node)
+        for nxt in sorted(edges[node]):
+            if nxt in on_stack:
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in done:
+                visit(nxt, stack, on_stack, done)
+        stack.pop()
+        on_stack.discard(node)
+        done.add(node)
+
+    done: set[str] = set()
+    for mod in sorted(edges):
+        if mod not in done:
+            visit(mod, [], set(), done)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_readme_layout_is_the_code_layout(tmp_path):
+    """The layout is written down once, in the README's design section; every path there is one JobLayout (or
+    the attempt ledger, or the markers) names, and every JobLayout path appears there."""
+    text = (REPO / "README.md").read_text()
+    block = text[text.index("### Layout"):]
+    block = block[block.index("```") + 3:]
+    block = block[:block.index("```")]
+    documented = {re.split(r"\s{2,}", line.strip())[0] for line in block.strip().splitlines() if line.strip()}
+    jl = layout.JobLayout("<job>")
+    named = {
+        jl.job_record, jl.plan("<job uuid>"), jl.commit_log, jl.app_marker(0), jl.attempt_dir(0, 1, 2),
+        jl.committed_dir(0), jl.task_record(0, 1), jl.attempt_claim(0, 1, 2), jl.attempt_claim(0, 1, 2) + ".started",
+        jl.abort_record(0), layout.SUCCESS, f"<partition>/{layout.SUCCESS}",
+    }
+    normalise = {"0": "<app>", "00001": "<task>", "1": "<task>", "2": "<try>"}
+
+    def generic(path: str) -> str:
+        path = re.sub(r"attempt_00001_2", "attempt_<task>_<try>", path)
+        path = re.sub(r"task_00001", "task_<task>", path)
+        return "/".join(normalise.get(p, p) for p in path.split("/"))
+
+    expected = {"<out>/" + generic(p).rstrip("/") + ("/..." if p in (jl.attempt_dir(0, 1, 2), jl.committed_dir(0))
+                                                      else "") for p in named}
+    assert documented == expected, (f"README lists {sorted(documented - expected)} that JobLayout does not name; "
+                                    f"JobLayout names {sorted(expected - documented)} that the README does not list")
