@@ -1,31 +1,69 @@
-"""Extra links on the commit-aware operators: the run's commit-status view, and the target location."""
+"""Extra links on the commit-aware operators: the run's commit-status tab, and the target location.
+
+Both links are relative (no leading slash). Airflow's UI page carries ``<base href="...">`` with the api-server's
+base path, so a relative link opens inside Airflow at the right place whatever ``[api] base_url`` is (behind a
+reverse proxy too), and the UI treats it as same-origin: it opens in the same browser tab, as part of the UI.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlparse
 
 from airflow.sdk import BaseOperatorLink
 
+log = logging.getLogger(__name__)
+
 #: Where the plugin's FastAPI app is mounted in the api-server.
 URL_PREFIX = "/commit-status"
+#: The ``url_route`` of the plugin's DAG-run tab.
+TAB_ROUTE = "commit-status"
 
 
 def status_path(dag_id: str, run_id: str) -> str:
+    """The bare page of the plugin's FastAPI app (what the tab embeds), absolute on the api-server."""
     return f"{URL_PREFIX}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
 
 
+def tab_link(dag_id: str, run_id: str) -> str:
+    """The DAG run's "Commit status" tab inside Airflow's UI, relative to the UI's base URL."""
+    return f"dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}/plugin/{TAB_ROUTE}"
+
+
 class CommitStatusLink(BaseOperatorLink):
-    """"Commit status": the plugin's page for this DAG run (job state, attempts, files, rows, timings)."""
+    """"Commit status": the DAG run's Commit status tab (job state, attempts, files, rows, timings, next steps)."""
 
     name = "Commit status"
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
-        return status_path(ti_key.dag_id, ti_key.run_id)
+        return tab_link(ti_key.dag_id, ti_key.run_id)
+
+
+def _s3_endpoint(conn_id: str | None) -> str | None:
+    """The connection's custom S3 endpoint (MinIO, moto, Ceph ...), if any; None for AWS itself."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if conn_id:
+        try:
+            from airflow.sdk import BaseHook
+
+            extra = BaseHook.get_connection(conn_id).extra_dejson or {}
+            endpoint = (extra.get("endpoint_url") or (extra.get("service_config") or {}).get("s3", {})
+                        .get("endpoint_url") or endpoint)
+        except Exception as exc:  # unknown connection here: do not send the user to a console that may be wrong
+            log.info("Commit target link: connection %r not readable (%s); linking the commit-status tab", conn_id,
+                     exc)
+            return "unknown"
+    if endpoint and not (urlparse(endpoint).hostname or "").endswith(".amazonaws.com"):
+        return endpoint
+    return None
 
 
 class CommitTargetLink(BaseOperatorLink):
-    """"Commit target": where the data lands (the S3 console for S3 targets, a file URL otherwise)."""
+    """"Commit target": where the data lands. The AWS S3 console for S3 targets on AWS; for every other target
+    (local disk, MinIO / moto or any S3 connection with a custom ``endpoint_url``) the Commit status tab, which
+    shows the target and its committed files (the UI does not render ``file://`` links)."""
 
     name = "Commit target"
 
@@ -33,5 +71,10 @@ class CommitTargetLink(BaseOperatorLink):
         target = str(getattr(operator, "target", "") or "")
         if target.startswith(("s3://", "s3a://")):
             bucket, _, prefix = target.split("://", 1)[1].partition("/")
+            conn_id = getattr(operator, "conn_id", None)
+            if "@" in bucket:  # s3://conn_id@bucket/... (ObjectStoragePath style)
+                conn_id, bucket = bucket.split("@", 1)
+            if _s3_endpoint(conn_id) is not None:
+                return tab_link(ti_key.dag_id, ti_key.run_id)
             return f"https://s3.console.aws.amazon.com/s3/buckets/{bucket}?prefix={quote(prefix.rstrip('/') + '/')}"
-        return target if "://" in target else f"file://{target}"
+        return tab_link(ti_key.dag_id, ti_key.run_id)

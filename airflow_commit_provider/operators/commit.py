@@ -29,7 +29,7 @@ from ..protocol import CommitDenied, FileOutputCommitter, InvalidOutputSpec, mak
 from ..protocol.committer import check_mode, normalize_algorithm
 from ..protocol.paths import check_partition_key
 
-#: Task state store key holding a write task's commit outcome (shown in the "Task State Store" tab).
+#: Task state store key holding a write task's commit outcome (Airflow 3.3+: the task instance's "Storage" tab).
 STATE_KEY = "commit"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -206,7 +206,11 @@ def _to_arrow(result: Any) -> Any:
 def _save_state(context: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
     """Record the outcome in the task state store (survives retries and clears; has its own UI tab)."""
     store = context.get("task_state_store")
-    if store is None:
+    if store is None:  # Airflow 3.1 and 3.2 have no task state store: degrade, never fail
+        import logging
+
+        logging.getLogger(__name__).info("task state store not available (Airflow < 3.3): the commit outcome is kept "
+                                         "in XCom, _SUCCESS and the Commit status tab")
         return
     try:
         store.set(STATE_KEY, dict(summary))
