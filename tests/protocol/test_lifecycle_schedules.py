@@ -6,9 +6,9 @@ about 30 s. The long run is ``python -m tests.schedules`` (see there). A failure
 schedule as a plain test, ready to paste below.
 
 The regression tests are the minimal schedules the harness found, one per violation, named after the broken rule,
-with the commit where each was found and fixed. Those still open are ``xfail(strict=True)``: when the fix lands
-they XPASS, which fails, so the marker is removed then. A random schedule that hits a known open bug (see
-:data:`lifecycle.KNOWN_OPEN`) ends the test as xfail naming it; any other violation fails the test.
+with the commit where each was found and fixed. One still open would be ``xfail(strict=True)`` (when its fix lands
+it XPASSes, which fails, and the marker goes), and a random schedule that hits a known open bug (see
+:data:`lifecycle.KNOWN_OPEN`) ends its test as xfail naming it; any other violation fails the test.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from airflow_commit_provider.protocol import (
 )
 
 from . import lifecycle as lc
-from .lifecycle import Config, Lifecycle, Violation
+from .lifecycle import Config, Lifecycle
 
 COUNT = int(os.environ.get("COMMIT_SCHEDULES", "100"))
 STEPS = int(os.environ.get("COMMIT_SCHEDULE_STEPS", "40"))
@@ -236,8 +236,8 @@ def test_dynamic_rerun_with_fewer_partitions_removes_their_markers(algorithm: in
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Open at 3f3371f (found there by the harness): xfail(strict=True) until fixed.
-@pytest.mark.xfail(strict=True, raises=Violation, reason="open: v2 teardown keeps the adopted record (KNOWN_OPEN)")
+# Found by the harness at 3f3371f, fixed in 2127eed (the v2 teardown removes adopting records too; a stale winner's
+# denial never removes a committed attempt's directory).
 @pytest.mark.parametrize("clear", ["start", "commit_job"])
 def test_v2_teardown_removes_adopted_records_too(clear: str) -> None:
     """v2: try 4 committed in application attempt 0; a clear (attempt 1) adopted it (a recovering try, or a job
@@ -266,7 +266,6 @@ def test_v2_teardown_removes_adopted_records_too(clear: str) -> None:
         h.dispose()
 
 
-@pytest.mark.xfail(strict=True, raises=Violation, reason="open: a stale winner's re-ask deletes committed data")
 def test_stale_winner_asking_again_keeps_the_committed_data() -> None:
     """memory (and S3) v1, magic: the committed data of a v1 task stays in the attempt's directory (no rename on
     these stores). Try 4 committed in application attempt 0, the run was cleared (attempt 1), and try 4 asked again
