@@ -92,8 +92,8 @@ _STATE_AFTER = {"commit_job.after_recovery": "running", "commit_job.after_cleanu
 #: Partition values. Escaping (Spark's escapePathName) is being implemented; until then only safe values are
 #: accepted. ``PARTITION_VALUES = ESCAPED_VALUES`` (or ``SAFE_VALUES``) forces one alphabet; ``None`` detects.
 SAFE_VALUES = ("a", "b", "c")
-ESCAPED_VALUES = ("a%b", "x/y", "k=v", "s p", "ü€")
-PARTITION_VALUES: tuple[str, ...] | None = None
+ESCAPED_VALUES: tuple[str | None, ...] = ("a%b", "x/y", "k=v", "s p", "ü€", "_x", ".", None)   # None: null
+PARTITION_VALUES: tuple[str | None, ...] | None = None
 
 
 def escaping_supported() -> bool:
@@ -104,7 +104,7 @@ def escaping_supported() -> bool:
         return False
 
 
-def partition_values() -> tuple[str, ...]:
+def partition_values() -> tuple[str | None, ...]:
     if PARTITION_VALUES is not None:
         return PARTITION_VALUES
     return ESCAPED_VALUES if escaping_supported() else SAFE_VALUES
@@ -120,9 +120,9 @@ class Config:
     partition_by: tuple[str, ...] = ("p",)
     max_rows_per_file: int | None = None
     old_data: bool = True               # files in the target before the job (not in mode error)
-    values: tuple[str, ...] = ()        # partition value alphabet; () = partition_values()
+    values: tuple[str | None, ...] = ()   # partition value alphabet; () = partition_values()
 
-    def alphabet(self) -> tuple[str, ...]:
+    def alphabet(self) -> tuple[str | None, ...]:
         return self.values or partition_values()
 
     def code(self) -> str:
@@ -542,7 +542,7 @@ class Lifecycle:
         return t.ta.app_attempt, t.ta.job_uuid
 
     def call_write(self, t: Try) -> None:
-        t.writer.write(make_table(sorted(t.rows), self.cfg.partition_by))
+        t.writer.write(make_table(sorted(t.rows, key=repr), self.cfg.partition_by))
 
     def call_close(self, t: Try) -> None:
         t.writer.close()
@@ -928,11 +928,11 @@ class Lifecycle:
                 self._fail("partition-value", f"row {r}: the reader's partition values differ from the written ones")
             seen[(r["task"], r["attempt"], r["row"], part)] += 1
         dupes = {k: c for k, c in seen.items() if c > 1}
-        self._expect(not dupes, "duplicate-rows", f"rows seen more than once: {sorted(dupes)[:6]}")
+        self._expect(not dupes, "duplicate-rows", f"rows seen more than once: {sorted(dupes, key=repr)[:6]}")
         must, may = self.expected_rows()
         got = frozenset(seen)
         if not (must <= got <= may):
-            lost, extra = sorted(must - got), sorted(got - may)
+            lost, extra = sorted(must - got, key=repr), sorted(got - may, key=repr)
             self._fail("rows", f"lost {len(lost)} rows {lost[:6]}; unexpected {len(extra)} rows {extra[:6]} "
                        f"(state: {self._state()})")
         markers = sorted(head for head, _, name in (rel.rpartition("/") for rel in files)
@@ -980,16 +980,14 @@ def _did(result: Result, rule: str) -> bool:
 
 
 #: Violations found by these schedules and not fixed yet, each with how to recognise a random schedule that hits it
-#: (its pinned minimal schedule is an xfail(strict=True) test). Remove an entry when its fix lands.
-KNOWN_OPEN: dict[str, Callable[[Result], bool]] = {
-    # v2: the teardown withdraws a task commit but keeps a later application attempt's record that adopted it
-    "v2-teardown-keeps-adopted-record": lambda r: r.cfg.algorithm == 2 and _did(r, "teardown") and (
-        r.violation.kind in ("recover", "commit_job: incomplete", "commit_job: CorruptRecord")),
-    # memory/S3 v1, magic: a committed try of an older application attempt asks again; its denial removes its
-    # directory, which holds the committed data that recovery points at
-    "stale-winner-reask-deletes-committed-data": lambda r: r.cfg.store != "local" and r.cfg.algorithm != 2
-        and _did(r, "recommit") and r.violation.kind == "commit_job: CorruptRecord",
-}
+#: (its pinned minimal schedule is an xfail(strict=True) test). Remove an entry when its fix lands. Empty since
+#: 2127eed, which fixed the two found at 3f3371f; how they were recognised, for the next ones:
+#:
+#:   "v2-teardown-keeps-adopted-record": lambda r: r.cfg.algorithm == 2 and _did(r, "teardown")
+#:       and r.violation.kind in ("recover", "commit_job: incomplete", "commit_job: CorruptRecord"),
+#:   "stale-winner-reask-deletes-committed-data": lambda r: r.cfg.store != "local" and r.cfg.algorithm != 2
+#:       and _did(r, "recommit") and r.violation.kind == "commit_job: CorruptRecord",
+KNOWN_OPEN: dict[str, Callable[[Result], bool]] = {}
 
 
 def known_open(result: Result) -> str | None:
@@ -1024,7 +1022,7 @@ class Driver:
             self.pool = ((),)
             return
         values = cfg.alphabet()
-        combos = sorted({tuple(rng.choice(values) for _ in cfg.partition_by) for _ in range(4)})
+        combos = sorted({tuple(rng.choice(values) for _ in cfg.partition_by) for _ in range(4)}, key=repr)
         self.pool = tuple(rng.sample(combos, rng.randint(1, len(combos))))
 
     def parts(self) -> list[list[str]]:

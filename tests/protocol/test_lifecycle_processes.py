@@ -266,7 +266,7 @@ class ProcessLifecycle(Lifecycle):
         return tuple(self._try_call(t, "setup_task", t.task, t.n))  # type: ignore[return-value]
 
     def call_write(self, t: Try) -> None:
-        self._try_call(t, "write", sorted(t.rows))
+        self._try_call(t, "write", sorted(t.rows, key=repr))
 
     def call_close(self, t: Try) -> None:
         self._try_call(t, "close")
