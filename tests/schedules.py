@@ -5,7 +5,8 @@
 - ``--memory N`` / ``--local N``: N random schedules on fsspec's memory file system / the local disk (``--steps``
   steps each, default 40), algorithms 1 and 2, every mode;
 - ``--s3 N``: N schedules on S3, moto's server over HTTP on 127.0.0.1 (started here, as tests/s3/conftest.py
-  does), algorithms 1, 2 and magic, ``--s3-steps`` steps each (default 20: a step costs ~90 ms there);
+  does), algorithms 1, 2 and magic, ``--s3-steps`` steps each (default 16: a step costs ~90-150 ms there, and
+  1,000 schedules should take no more than ~40 minutes);
 - ``--processes N``: N schedules on the local disk whose every protocol call runs in a real worker process,
   SIGKILLed at random fault points or by timers (tests/protocol/test_lifecycle_processes.py), ``--process-steps``
   steps each (default 30).
@@ -21,6 +22,7 @@ open bug. No per-test timeout applies (this is not pytest).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -75,7 +77,7 @@ def main() -> int:
     for part in PARTS:
         parser.add_argument(f"--{part}", type=int, default=0, metavar="N", help=f"schedules on {part}")
     parser.add_argument("--steps", type=int, default=40, help="steps per memory/local schedule")
-    parser.add_argument("--s3-steps", type=int, default=20, help="steps per S3 schedule")
+    parser.add_argument("--s3-steps", type=int, default=16, help="steps per S3 schedule")
     parser.add_argument("--process-steps", type=int, default=30, help="steps per real-process schedule")
     parser.add_argument("--seed", type=int, default=0, help="first seed")
     parser.add_argument("--jobs", type=int, default=2, help="chunks run at once")
@@ -91,8 +93,11 @@ def main() -> int:
         os._exit(0)   # no interpreter teardown: pyarrow/s3fs threads have nothing left to do
 
     steps = {"memory": args.steps, "local": args.steps, "s3": args.s3_steps, "processes": args.process_steps}
-    chunks = [(part, first, min(args.chunk, getattr(args, part) - (first - args.seed)), steps[part])
-              for part in PARTS for first in range(args.seed, args.seed + getattr(args, part), args.chunk)]
+    by_part = [[(part, first, min(args.chunk, getattr(args, part) - (first - args.seed)), steps[part])
+                for first in range(args.seed, args.seed + getattr(args, part), args.chunk)] for part in PARTS]
+    # S3 first, then round robin: the slowest part is never left to run alone at the end
+    by_part.sort(key=lambda chunks: chunks[0][0] != "s3" if chunks else True)
+    chunks = [c for group in itertools.zip_longest(*by_part) for c in group if c is not None]
     if not chunks:
         parser.error("nothing to run: give --memory, --local, --s3 and/or --processes")
     env = dict(os.environ, PYTHONPATH=str(REPO))
