@@ -47,6 +47,7 @@ def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., A
             write = CommitWriteOperator(task_id="write", op_kwargs=op_kwargs, **write_args)
         commit = CommitJobOperator(task_id="commit", write_task_id=f"{group_id}.write", trigger_rule="none_failed",
                                    outlets=list(outlets), **common)
-        abort = CommitAbortOperator(task_id="abort", purge=purge_on_failure, **common)
+        abort = CommitAbortOperator(task_id="abort", purge=purge_on_failure, commit_task_id=commit.task_id,
+                                    **common)
         setup >> write >> commit >> abort.as_teardown(setups=setup)
     return group

@@ -72,8 +72,10 @@ class CeleryDeployment(Deployment):
     """PostgreSQL + Redis + moto + Airflow with CeleryExecutor; the REST helpers are the LocalExecutor fixture's."""
 
     def __init__(self, base_dir: Path, *, workers: int = 2, concurrency: int = 2, parallelism: int = 8,
-                 extra_env: dict[str, str] | None = None, dag_files: tuple[Path, ...] = (DAG_FILE,)) -> None:
+                 extra_env: dict[str, str] | None = None, dag_files: tuple[Path, ...] = (DAG_FILE,),
+                 executor: str = "CeleryExecutor") -> None:
         self.dir = base_dir
+        self.executor = executor  # "LocalExecutor": the same deployment without Redis and workers (a baseline)
         self.home = base_dir / "airflow-home"
         self.dags = self.home / "dags"
         self.n_workers, self.concurrency, self.parallelism = workers, concurrency, parallelism
@@ -136,7 +138,8 @@ class CeleryDeployment(Deployment):
         for f in self.dag_files:
             shutil.copy(f, self.dags / f.name)
         db = self._start_postgres()
-        broker = self._start_redis()
+        celery = self.executor == "CeleryExecutor"
+        broker = self._start_redis() if celery else ""
         moto_env: dict[str, str] = {}
         proc, self.s3_url = start_moto(moto_env)
         self.services["moto"] = proc
@@ -155,7 +158,7 @@ class CeleryDeployment(Deployment):
             "AIRFLOW_HOME": str(self.home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://{db}",
-            "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+            "AIRFLOW__CORE__EXECUTOR": self.executor,
             "AIRFLOW__CELERY__BROKER_URL": broker,
             "AIRFLOW__CELERY__RESULT_BACKEND": f"db+postgresql+psycopg2://{db}",
             "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(self.concurrency),
@@ -187,13 +190,14 @@ class CeleryDeployment(Deployment):
         }
         for name, cmd in commands.items():
             self.components[name] = self._spawn(name, cmd, env, self.home)
-        for i in range(1, self.n_workers + 1):
-            self.start_worker(f"w{i}")
+        workers = [f"w{i}" for i in range(1, self.n_workers + 1)] if celery else []
+        for name in workers:
+            self.start_worker(name)
         self.procs = list(self.components.values())
         self._wait_healthy()
         self._login()
-        for i in range(1, self.n_workers + 1):
-            self.wait_worker_ready(f"w{i}")
+        for name in workers:
+            self.wait_worker_ready(name)
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str], logdir: Path) -> subprocess.Popen:
         log = open(logdir / f"{name}.log", "a")
@@ -271,7 +275,7 @@ class CeleryDeployment(Deployment):
     def memory(self) -> dict[str, float]:
         """PSS (MiB) of each component, children included, and of the services."""
         out = {name: round(pss_mib(p.pid), 1) for name, p in self.components.items() if p.poll() is None}
-        out.update({name: round(pss_mib(p.pid), 1) for name, p in self.services.items() if p.poll() is None})
+        out.update({name: round(_pss_pid(p.pid), 1) for name, p in self.services.items() if p.poll() is None})
         out["postgresql"] = round(_pss_of_user_processes("postgres", str(self.dir / "pg-data")), 1)
         return out
 
@@ -294,6 +298,14 @@ class CeleryDeployment(Deployment):
         return s3fs.S3FileSystem(key="testing", secret="testing-secret-do-not-log",
                                  client_kwargs={"endpoint_url": self.s3_url, "region_name": "us-east-1"},
                                  use_listings_cache=False, skip_instance_cache=True)
+
+
+def _pss_pid(pid: int) -> float:
+    try:
+        return next(int(line.split()[1]) for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+                    if line.startswith("Pss:")) / 1024
+    except (OSError, StopIteration):
+        return 0.0
 
 
 def _pings(client) -> bool:

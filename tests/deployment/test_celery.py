@@ -59,6 +59,11 @@ def records(dep, dag_id: str, run_id: str, kind: str) -> dict[tuple[int, int], d
     return out
 
 
+def xcom(dep, dag_id: str, run_id: str, task_id: str) -> dict:
+    value = dep.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/return_value")
+    return value["value"] if isinstance(value["value"], dict) else json.loads(value["value"])
+
+
 def check_output(dep, dag_id: str) -> dict:
     root = f"s3://{dep.bucket}/data/{dag_id}"
     with sc_env(dep):
@@ -116,11 +121,13 @@ def test_mapped_writes_land_on_both_workers_magic_status_view_and_rest(celery_de
     entries = {e["key"]: e["value"] for e in store["task_state_store"]}
     assert entries["commit"]["status"] == "committed" and entries["commit"]["committed_attempt"] == 1
     links = dep.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/stage.commit/links")["extra_links"]
-    assert links["Commit status"] == f"/commit-status/dags/{dag_id}/runs/{run_id}"
+    assert "commit-status" in links["Commit status"] and f"dags/{dag_id}/runs/{run_id}" in links["Commit status"]
     summary = dep.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/stage.commit/xcomEntries/"
                              "return_value")["value"]
     summary = summary if isinstance(summary, dict) else json.loads(summary)
     assert summary["totals"] == manifest["totals"]
+    abort = xcom(dep, dag_id, run_id, "stage.abort")
+    assert abort["state"] == "committed" and abort["reason"] == "stage.commit succeeded in this run", abort
 
 
 def test_failed_run_cleared_recovers_committed_tasks_on_the_other_worker_v1(celery_deployment):
@@ -132,6 +139,8 @@ def test_failed_run_cleared_recovers_committed_tasks_on_the_other_worker_v1(cele
     assert dep.wait_run(dag_id, run_id) == "failed"
     states = dep.ti_states(dag_id, run_id)
     assert states[f"stage.write[{TASKS - 1}]"] == "failed" and states["stage.abort[-1]"] == "success", states
+    abort = xcom(dep, dag_id, run_id, "stage.abort")
+    assert abort["aborted"] is True and "reason" not in abort, "the failed run's teardown looked at the storage"
     with sc_env(dep):
         assert sc.read_rows(f"s3://{dep.bucket}/data/{dag_id}") == [], "nothing of the failed run is visible"
     first = records(dep, dag_id, run_id, "calls")
