@@ -6,7 +6,12 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+
+try:  # the Task SDK exports conf in newer Airflow (3.3)
+    from airflow.sdk import conf
+except ImportError:  # Airflow 3.1: the Task SDK does not export conf yet
+    from airflow.configuration import conf
 
 from ..hooks.storage import CommitStorageHook
 from ..triggers.success_marker import SuccessMarkerTrigger
