@@ -113,9 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     protocol_demo(os.path.join(args.out, "protocol-events"))
     if not args.protocol_only:
-        from .example_runner import run_example
+        from .example_runner import run_example, ui_hint
 
-        run_example(args.out)
+        runs = run_example(args.out)
+        print(ui_hint(args.out, runs))
     return 0
 
 
