@@ -424,7 +424,8 @@ def _render_job(job: dict[str, Any], task_id: str | None, map_index: int | None)
                 f"<tr{' class=mine' if mine else ''} data-task='{n}'><td>{n}</td>"
                 f"<td><span class='pill {STATUS_TERMS.get(st['status'], 'muted')}' title='{e(st['why'])}' "
                 f"data-testid='task-status'>{e(st['status'])}</span></td>"
-                f"<td>{committed}</td><td>{recovered}</td><td>{_cell(t.get('files') if t.get('attempt') is not None else None)}</td>"
+                f"<td>{committed}</td><td>{recovered}</td>"
+                f"<td>{_cell(t.get('files') if t.get('attempt') is not None else None)}</td>"
                 f"<td>{_attempts(t.get('failed_attempts'))}</td><td>{_attempts(t.get('denied_attempts'))}</td>"
                 f"<td>{_attempts(t.get('unfinished_attempts'))}</td></tr>")
         parts.append("</table>")
@@ -502,21 +503,30 @@ SCRIPT = """
     }
     var q=new URLSearchParams(location.search).get('theme');
     if(dark===null && (q==='dark'||q==='light')) dark=(q==='dark');
-    if(dark===null){ try{ var t=localStorage.getItem('theme'); if(t==='dark'||t==='light') dark=(t==='dark'); }catch(e){} }
+    if(dark===null){
+      try{ var t=localStorage.getItem('theme'); if(t==='dark'||t==='light') dark=(t==='dark'); }catch(e){}
+    }
     if(dark===null) dark=window.matchMedia('(prefers-color-scheme: dark)').matches;
     root.classList.toggle('dark', dark); root.classList.toggle('light', !dark);
     return parentDoc;
   }
   var parentDoc=theme();
-  if(parentDoc){ new MutationObserver(theme).observe(parentDoc.documentElement,{attributes:true,attributeFilter:['class','style']}); }
+  if(parentDoc){
+    new MutationObserver(theme).observe(parentDoc.documentElement,
+                                        {attributes:true, attributeFilter:['class','style']});
+  }
   window.matchMedia('(prefers-color-scheme: dark)').addEventListener('change', theme);
   function refresh(){
     var c=document.getElementById('content');
     if(!c || c.getAttribute('data-live')!=='1') return;
     var u=new URL(location.href); u.searchParams.set('fragment','1');
     fetch(u.toString(),{credentials:'same-origin'}).then(function(r){ return r.ok ? r.text() : null; })
-      .then(function(t){ if(t){ var open=[].map.call(document.querySelectorAll('details[open]'),function(d){return d.className;});
-        c.outerHTML=t; open.forEach(function(n){ var d=document.querySelector('details.'+(n||'x')); if(d) d.open=true; }); } })
+      .then(function(t){
+        if(!t) return;
+        var open=[].map.call(document.querySelectorAll('details[open]'), function(d){ return d.className; });
+        c.outerHTML=t;
+        open.forEach(function(n){ var d=document.querySelector('details.'+(n||'x')); if(d) d.open=true; });
+      })
       .catch(function(){}).finally(function(){ setTimeout(refresh, REFRESH_MS); });
   }
   setTimeout(refresh, REFRESH_MS);
