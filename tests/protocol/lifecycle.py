@@ -34,7 +34,14 @@ The rules, and the Airflow event each stands for:
 
 "Clear only failed" is no call of its own: the failed tries start again in the same application attempt, then the
 commit task runs (the driver does exactly that). A schedule is the list of rules applied; :func:`shrink` removes
-steps while the same violation still shows, and :func:`render` prints the result as a plain test.
+steps while the same violation still shows, and :func:`render` prints the result as a plain test. The
+:class:`Driver` picks rules at random from a seed (``run_schedule(seed, store)``; a failure names its seed).
+
+Where it runs: tests/protocol/test_lifecycle_schedules.py (memory and local disk, CI), tests/s3/test_lifecycle_s3.py
+(moto's server: v1, v2, magic), tests/protocol/test_lifecycle_processes.py (every call in a worker process that a
+rule ``kill_next`` SIGKILLs at a fault point or by a timer), and the long run ``python -m tests.schedules``.
+Exploring past a known violation: ``LIFECYCLE_IGNORE=<kind prefix>,...`` counts those instead of failing, and
+``LIFECYCLE_MODES``, ``LIFECYCLE_ALGORITHMS``, ``LIFECYCLE_OLD_DATA=0`` narrow the random configurations.
 
 The model (the intended semantics, issue 11):
 
