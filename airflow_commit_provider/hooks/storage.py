@@ -48,7 +48,7 @@ class CommitStorageHook(BaseHook):
         return manifest
 
     def _from_object_storage(self, path: ObjectStoragePath) -> Store:
-        conn_id = path.conn_id or self.conn_id
+        conn_id = _conn_id_of(path) or self.conn_id
         if conn_id:
             self._check_connection(conn_id)
             path = ObjectStoragePath(str(path), conn_id=conn_id)
@@ -80,3 +80,12 @@ def _redact(path: ObjectStoragePath) -> str:
     """The path without any user-info part (an ``s3://conn@bucket`` form names a connection, not a secret, but
     URLs can carry credentials)."""
     return f"{path.protocol}://{path.path}"
+
+
+def _conn_id_of(path: ObjectStoragePath) -> str | None:
+    """The connection id a path carries (``s3://conn_id@bucket/...`` or ``conn_id=``): the ``conn_id`` attribute on
+    Airflow 3.3, only its storage options on 3.1 (where the attribute raises AttributeError)."""
+    try:
+        return path.conn_id
+    except AttributeError:
+        return (getattr(path, "storage_options", None) or {}).get("conn_id")
