@@ -455,6 +455,14 @@ class FileOutputCommitter(OutputCommitter):
                                f"hold {len(wrong)} of them as written: {shown}. Something removed or changed them "
                                "(a teardown, a cleanup, a newer try); the attempt is recorded failed and cannot "
                                "commit", task=ta.task, attempt=ta.attempt, attempt_failed=True)
+        clobbered = self.publisher.clobbered([f["path"] for f in files])
+        if clobbered:
+            self.ledger.overrule(ta.app_attempt, ta.task, ta.attempt)
+            self._discard_dir(ta.work_dir)
+            raise InvalidOutputSpec(f"task attempt {ta.name} would replace {len(clobbered)} visible file(s) at its "
+                                    f"task commit ({', '.join(clobbered[:3])}); file names must be unique across "
+                                    "tasks and jobs (keep the default names, which carry the job uuid). The "
+                                    "attempt is recorded failed; nothing visible changed")
         data_dir = self.publisher.data_dir(ta.app_attempt, ta.work_dir)
         return {"job_id": self.job_id, "job_uuid": ta.job_uuid, "task": ta.task, "attempt": ta.attempt,
                 "app_attempt": ta.app_attempt, "work_dir": ta.work_dir, "data_dir": data_dir,

@@ -82,6 +82,10 @@ class Publisher:
         """Where a committed attempt's files lie until job commit (the record says it): ``""`` is the output."""
         return work_dir
 
+    def clobbered(self, paths: Sequence[str]) -> list[str]:
+        """Those of an attempt's files whose task commit would replace a visible file (only v2 publishes there)."""
+        return []
+
     def complete_task_commit(self, rec: Mapping[str, Any]) -> None:
         """Finish the effect of a task commit record (idempotent; safe for several processes at once)."""
 
@@ -216,6 +220,11 @@ class TaskCommitPublisher(Publisher):
         if rec.get("recovered_from_app") is not None:
             return
         _complete_moves(self.store, self.job_id, rec, "", replace=True)
+
+    def clobbered(self, paths: Sequence[str]) -> list[str]:
+        # a visible file of that name belongs to another job (a user-chosen name), or to the winner of this task
+        # when a zombie asks: moving over it would lose its rows (the v1 plan refuses the same at job commit)
+        return sorted(set(paths) - set(self.store.missing(list(paths))))
 
     def publish(self, recs: Sequence[Mapping[str, Any]]) -> int:
         missing = self.store.missing([f["path"] for rec in recs for f in rec["files"]])

@@ -11,7 +11,6 @@ from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .committer import TaskAttemptContext
@@ -181,19 +180,24 @@ class TaskAttemptWriter:
 def _split_by_partition(table: pa.Table, keys: tuple[str, ...]) -> Iterator[tuple[str, pa.Table]]:
     """``(k=v/..., rows)`` for each distinct combination of partition values, in first-seen order.
 
-    Every directory name is computed, escaped and checked when this is called, so a bad value raises here, before
-    the caller opens any file; the rows of each partition are then filtered one partition at a time.
+    Rows are assigned to groups by position (group_by collects each group's row indices), never by comparing
+    values again: an equality filter would drop NaN rows (NaN != NaN) and put a -0.0 row in both the ``0.0`` and
+    the ``-0.0`` partition. Every row lands in exactly one partition, which is checked. Every directory name is
+    computed, escaped and checked when this is called, so a bad value raises here, before the caller opens any
+    file.
     """
-    combos = table.select(list(keys)).group_by(list(keys), use_threads=False).aggregate([]).to_pylist()
+    index = "__commit_provider_row__"
+    indexed = table.select(list(keys)).append_column(index, pa.array(range(table.num_rows), pa.int64()))
+    try:
+        groups = indexed.group_by(list(keys), use_threads=False).aggregate([(index, "list")])
+        combos = groups.select(list(keys)).to_pylist()
+    except (ValueError, OverflowError, pa.ArrowException) as exc:
+        raise InvalidOutputSpec(f"partition column(s) {list(keys)} hold values that cannot be rendered as directory "
+                                f"names ({exc}); cast them to a coarser type or to strings first") from exc
     dirs = [partition_dir(keys, [combo[k] for k in keys]) for combo in combos]
-
-    def rows_of(combo: dict[str, Any]) -> pa.Table:
-        mask = None
-        for key in keys:
-            value = combo[key]
-            col = table.column(key)
-            cond = pc.is_null(col) if value is None else pc.fill_null(pc.equal(col, value), False)
-            mask = cond if mask is None else pc.and_(mask, cond)
-        return table.filter(mask)
-
-    return ((part, rows_of(combo)) for part, combo in zip(dirs, combos))
+    positions = groups.column(f"{index}_list")
+    if sum(len(p) for p in positions.to_pylist()) != table.num_rows or len(set(dirs)) != len(dirs):
+        raise InvalidOutputSpec(f"partition column(s) {list(keys)}: distinct values render to the same directory "
+                                f"({len(dirs) - len(set(dirs))} collision(s)), or rows could not be assigned to "
+                                "exactly one partition; cast the column(s) to strings first")
+    return ((part, table.take(positions[i].values)) for i, part in enumerate(dirs))

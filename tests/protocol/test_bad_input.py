@@ -13,6 +13,7 @@ from airflow_commit_provider.protocol import (
     CorruptRecord,
     FileOutputCommitter,
     InvalidOutputSpec,
+    JobIncomplete,
     StorageCapabilityError,
     read_success_marker,
     run_task_attempt,
@@ -208,7 +209,8 @@ def test_unknown_fault_point_is_refused():
 def test_two_tasks_writing_one_file_name_is_refused_and_nothing_is_lost(target, algorithm):
     """File names must be unique across tasks. v1 stages committed files side by side, with moves that refuse to
     replace, so the second task's file is refused instead of silently replacing the first's; job commit then
-    names both tasks. v2's task commit makes files visible at once; job commit still refuses the job."""
+    names both tasks. v2's task commit would make the second file visible over the first: it is refused there, the
+    first task's file intact, and job commit then finds task 1 uncommitted."""
     c = FileOutputCommitter(target, "job", algorithm=algorithm, mode="append")
     c.setup_job()
 
@@ -222,10 +224,14 @@ def test_two_tasks_writing_one_file_name_is_refused_and_nothing_is_lost(target, 
     if algorithm == 1:
         with pytest.raises(InvalidOutputSpec, match="already holds another task's file of that name"):
             run_task_attempt(c, 1, 1, produce(1))
+        with pytest.raises(InvalidOutputSpec, match="tasks 0 and 1 both wrote same.txt"):
+            c.commit_job(2)
     else:
-        run_task_attempt(c, 1, 1, produce(1))
-    with pytest.raises(InvalidOutputSpec, match="tasks 0 and 1 both wrote same.txt"):
-        c.commit_job(2)
+        with pytest.raises(InvalidOutputSpec, match="would replace 1 visible file"):
+            run_task_attempt(c, 1, 1, produce(1))
+        assert open(os.path.join(target, "same.txt"), "rb").read() == b"task 0"
+        with pytest.raises(JobIncomplete, match="1 of 2 expected task"):
+            c.commit_job(2)
     if algorithm == 1:  # both tasks' bytes are still on storage, the first staged, the second in its attempt
         staged = os.path.join(target, "_temporary", "job", "0", "_committed", "same.txt")
         attempt = os.path.join(target, "_temporary", "job", "0", "_temporary", "attempt_00001_1", "same.txt")

@@ -283,3 +283,41 @@ def test_v2_strays_of_the_generation_are_swept_at_job_commit(root):
     assert all(job["job_uuid"] in f for f in sc.visible_files(root))
     sc.assert_markers_tell_truth(root)
 
+
+
+@pytest.mark.parametrize("mode", ["append", "overwrite"])
+def test_v2_task_commit_never_replaces_a_visible_file(root, mode):
+    """v2 publishes at task commit: a user-chosen file name equal to a visible file would replace it there and then
+    (append: the earlier job's rows silently lost; overwrite then abort: old data gone though nothing committed).
+    The commit is refused instead, the attempt recorded failed, nothing visible changed."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from airflow_commit_provider.protocol import InvalidOutputSpec
+
+    def named_attempt(c, rows):
+        ta = c.setup_task(0, 1)
+        w = TaskAttemptWriter(c, ta)
+        buf = io.BytesIO()
+        pq.write_table(pa.table({"task": [0] * rows, "row": list(range(rows)), "attempt": [1] * rows}), buf)
+        with w.open_file("data.parquet") as fh:
+            fh.write(buf.getvalue())
+        w.close()
+        return ta, w
+
+    first = make_committer(root, "first", algorithm=2, mode="append")
+    first.setup_job()
+    ta, w = named_attempt(first, 100)
+    first.commit_task(ta, w.rows)
+    first.commit_job(1)
+    second = make_committer(root, "second", algorithm=2, mode=mode)
+    second.setup_job()
+    ta, w = named_attempt(second, 5)
+    with pytest.raises(InvalidOutputSpec, match="would replace 1 visible file"):
+        second.commit_task(ta, w.rows)
+    assert len(sc.read_rows(root)) == 100, "the earlier job's rows are intact"
+    assert second.abort_job()["aborted"]
+    assert len(sc.read_rows(root)) == 100
+    assert sc.assert_markers_tell_truth(root) == 1

@@ -249,3 +249,33 @@ def test_parse_partition_inverts_partition_dir(values):
     assert len(text.split("/")) == len(values)
     parsed = parse_partition(text)
     assert [None if parsed[f"k{i}"] == NULL_PARTITION else parsed[f"k{i}"] for i in range(len(values))] == values
+
+
+# ---------------------------------------------------------------------------------------- every row in one partition
+@pytest.mark.parametrize("values", [
+    [1.5, float("nan"), float("nan"), 2.5],     # an equality filter drops NaN rows (NaN != NaN): silent loss
+    [0.0, -0.0, 0.0],                           # ... and puts -0.0 rows in the 0.0 partition too: duplicates
+], ids=["nan", "signed-zero"])
+def test_every_row_lands_in_exactly_one_partition(tmp_path, values):
+    root = str(tmp_path / "out")
+    c = FileOutputCommitter(root, "j", mode="append", partition_by=["p"])
+    c.setup_job()
+    table = pa.table({"x": list(range(len(values))), "p": values})
+    run_task_attempt(c, 0, 1, lambda w: w.write(table))
+    manifest = c.commit_job(1)
+    assert manifest["totals"]["rows"] == len(values)
+    got = sorted(r["x"] for r in sc.read_rows(root))
+    assert got == list(range(len(values))), "every row exactly once"
+
+
+@pytest.mark.parametrize("column", [
+    pa.array([1_700_000_000_000_000_001, 1_700_000_000_000_000_002], pa.timestamp("ns")),
+    pa.array([[1], [2]]),
+], ids=["timestamp-ns", "list"])
+def test_partition_values_without_a_directory_name_are_refused_clearly(tmp_path, column):
+    root = str(tmp_path / "out")
+    c = FileOutputCommitter(root, "j", mode="append", partition_by=["p"])
+    c.setup_job()
+    with pytest.raises(InvalidOutputSpec, match="partition column"):
+        run_task_attempt(c, 0, 1, lambda w: w.write(pa.table({"x": [1, 2], "p": column})))
+    assert sc.visible_files(root) == []

@@ -23,6 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from airflow_commit_provider.protocol import (
     CommitDenied,
     FileOutputCommitter,
+    InvalidOutputSpec,
     JobIncomplete,
     TaskAttemptWriter,
     faults,
@@ -90,6 +91,14 @@ class Schedules(RuleBasedStateMachine):
         app_records = self.records.setdefault(ta.app_attempt, {})
         try:
             rec = self.c.commit_task(ta, rows)
+        except InvalidOutputSpec as refused:
+            # v2 publishes at task commit and never over a visible file: re-running a task an earlier application
+            # attempt committed (instead of recovering it) writes the same names and is refused, recorded failed
+            assert self.algorithm == 2 and "would replace" in str(refused), refused
+            assert any(a < ta.app_attempt and ta.task in recs for a, recs in self.records.items())
+            self.failed.add(key)
+            event("v2 re-run of a task committed earlier refused")
+            return
         except CommitDenied as denied:
             if ta.job_uuid != self.generation_uuid:  # a zombie of a committed generation
                 assert denied.winner is None
