@@ -6,6 +6,7 @@ attempt that had already claimed its commit is left alone (its commit may still 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import records
@@ -27,12 +28,15 @@ def abort_job(c: FileOutputCommitter, *, keep_committed: bool = False) -> dict[s
     if c._plan(job) is not None:
         return {"job_id": c.job_id, "state": "committing", "aborted": False}
     apps = c._app_attempts(job)
+    inject("abort_job.after_read")
     removed_visible: list[str] = []
     kept: list[int] = []
     kept_uploads: set[str] = set()
     for app in apps:
         committed: set[tuple[int, int]] = set()
         for rec in c.status_reader.app_records(app, job["job_uuid"]):
+            if superseded(c, job, apps):
+                return stood_down(c)
             if rec.get("recovered_from_app") is not None:
                 if not c.publisher.keeps_committed:  # adopts a v2 commit that goes below: it must go too
                     c.store.delete_file(c.layout.task_record(app, rec["task"]))
@@ -52,8 +56,12 @@ def abort_job(c: FileOutputCommitter, *, keep_committed: bool = False) -> dict[s
                 kept_uploads.update(f["upload_id"] for f in rec["files"] if "upload_id" in f)
         if keep_committed:
             for task, attempt in sorted(attempts_with_trace(c, app) - committed):
+                if superseded(c, job, apps):
+                    return stood_down(c)
                 c._fail_and_discard(app, task, attempt)
                 inject("abort_job.mid_delete")
+    if superseded(c, job, apps):
+        return stood_down(c)
     strays = sorted(c.publisher.strays(c._visible_files(), set(), job["job_uuid"]))
     if strays:
         withdraw_markers(c.store, marker_dirs_above(strays))
@@ -71,6 +79,8 @@ def abort_job(c: FileOutputCommitter, *, keep_committed: bool = False) -> dict[s
                 "kept_committed_tasks": sorted(set(kept)), "visible_files_removed": removed}
     # purge: the generation dies with its job record; a zombie that commits afterwards finds no job (or a new
     # generation, whose records it cannot join)
+    if superseded(c, job, apps):
+        return stood_down(c)
     for name in sorted(c.store.list_dir(c.layout.job_dir)):
         if name.isdigit():
             c.store.delete_tree(c.layout.app_dir(int(name)))
@@ -92,3 +102,19 @@ def attempts_with_trace(c: FileOutputCommitter, app: int) -> set[tuple[int, int]
         if key is not None:
             found.add(key)
     return found
+
+
+def superseded(c: FileOutputCommitter, job: Mapping[str, Any], apps: list[int]) -> bool:
+    """Has the job moved on since this abort read it (a clear opened a newer application attempt, a job commit
+    fixed its plan, a new generation started)? A teardown that was paused (a zombie teardown) must then stand
+    down: what it read describes a run that no longer exists, and acting on it would delete committed data."""
+    now = c.job_record()
+    if now is None or now["job_uuid"] != job["job_uuid"] or c._plan(now) is not None:
+        return True
+    return bool(apps) and c._app_attempts(now)[:1] != apps[:1]
+
+
+def stood_down(c: FileOutputCommitter) -> dict[str, Any]:
+    return {"job_id": c.job_id, "state": "superseded", "aborted": False,
+            "why": "the job moved on while this abort ran (a newer application attempt or a job commit): it stood "
+                   "down"}

@@ -8,6 +8,8 @@ variable ``COMMIT_PROVIDER_FAULTS`` (read when the process first reaches a point
 - ``exit``: ``os._exit(FAULT_EXIT_CODE)``, a process dying without cleanup (no ``finally``, no atexit);
 - ``kill``: SIGKILL to the process itself, as the OOM killer or a lost worker does;
 - ``raise``: :class:`InjectedFault`, an ordinary exception that cleanup code does see;
+- ``stop``: SIGSTOP to the process itself: a zombie paused at the worst moment, which the test resumes (SIGCONT)
+  after the rest of the lifecycle has moved on;
 
 and ``@n`` fires on the n-th time the point is reached (1-based, default 1), which is how a test kills a job
 commit after, say, 5 of 20 moves (``commit_job.mid_move`` is reached per file moved and per directory renamed
@@ -48,6 +50,7 @@ POINTS: tuple[str, ...] = (
     "commit_job.after_commit_log",
     "commit_job.after_success",
     "commit_job.after_cleanup",
+    "abort_job.after_read",
     "abort_job.mid_delete",
     "abort_job.after_delete",
 )
@@ -70,8 +73,8 @@ def _parse(spec: str) -> dict[str, tuple[str, int]]:
         action, _, nth = action.partition("@")
         if point not in POINTS:
             raise ValueError(f"unknown fault injection point {point!r}; known points: {', '.join(POINTS)}")
-        if action not in ("exit", "kill", "raise"):
-            raise ValueError(f"unknown fault action {action!r} for {point!r}: use exit, kill or raise")
+        if action not in ("exit", "kill", "raise", "stop"):
+            raise ValueError(f"unknown fault action {action!r} for {point!r}: use exit, kill, raise or stop")
         armed[point] = (action, int(nth or 1))
     return armed
 
@@ -115,4 +118,7 @@ def inject(point: str) -> None:
         os._exit(FAULT_EXIT_CODE)
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if action == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return
     raise InjectedFault(f"fault injected at {point}")

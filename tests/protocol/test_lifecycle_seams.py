@@ -321,3 +321,55 @@ def test_v2_task_commit_never_replaces_a_visible_file(root, mode):
     assert second.abort_job()["aborted"]
     assert len(sc.read_rows(root)) == 100
     assert sc.assert_markers_tell_truth(root) == 1
+
+
+def _paused_teardown(root, algorithm, purge):
+    """A worker process that runs the failed run's teardown and stops itself (SIGSTOP) right after reading the
+    job: a zombie teardown. Returns the process; the caller moves the lifecycle on, then resumes it."""
+    import multiprocessing as mp
+
+    def teardown():
+        faults.arm("abort_job.after_read", "stop")
+        make_committer(root, "j", algorithm=algorithm, mode="append", partition_by=["day"]).abort_job(
+            keep_committed=not purge)
+
+    proc = mp.get_context("fork").Process(target=teardown)
+    proc.start()
+    return proc
+
+
+def _wait_stopped(pid):
+    import time
+
+    for _ in range(6000):  # the child reaches the point in well under a second; bounded, not timed
+        with open(f"/proc/{pid}/stat") as fh:
+            if fh.read().rsplit(")", 1)[1].split()[0] == "T":
+                return
+        time.sleep(0.01)
+    raise AssertionError("the teardown never reached abort_job.after_read")
+
+
+@pytest.mark.parametrize("algorithm,purge", [(2, False), (2, True), (1, True), (1, False)])
+def test_a_zombie_teardown_waking_after_the_clear_stands_down(tmp_path, algorithm, purge):
+    """The teardown reads the job, then is paused; the user clears the run, the tasks are recovered (or re-run)
+    and the job commits; then the teardown wakes. It must not act on what it read (v2: delete the committed
+    output; purge: delete the job record under a commit): it sees the job moved on and stands down."""
+    import os
+    import signal
+
+    root = str(tmp_path / "out")
+    c = make_committer(root, "j", algorithm=algorithm, mode="append", partition_by=["day"])
+    c.setup_job()
+    for t in range(sc.TASKS):
+        run_task_attempt(c, t, 1, produce(t, 1))
+    proc = _paused_teardown(root, algorithm, purge)
+    _wait_stopped(proc.pid)
+    c.setup_job()                                        # the clear
+    for t in range(sc.TASKS):
+        run_task_attempt(c, t, 2, produce(t, 2))
+    c.commit_job(sc.TASKS)
+    os.kill(proc.pid, signal.SIGCONT)
+    proc.join(60)
+    assert proc.exitcode == 0
+    sc.assert_exactly_once(sc.read_rows(root))
+    assert read_success_marker(root, verify_files=True)["totals"]["rows"] == sc.TASKS * sc.ROWS
