@@ -58,7 +58,9 @@ def abort_job(c: FileOutputCommitter, *, keep_committed: bool = False) -> dict[s
             for task, attempt in sorted(attempts_with_trace(c, app) - committed):
                 if superseded(c, job, apps):
                     return stood_down(c)
-                c._fail_and_discard(app, task, attempt)
+                if not c._fail_and_discard(app, task, attempt):
+                    # it claimed its commit first: its commit may still finish, so its pending uploads stay too
+                    kept_uploads |= c.publisher.pending_uploads(c.layout.attempt_dir(app, task, attempt))
                 inject("abort_job.mid_delete")
     if superseded(c, job, apps):
         return stood_down(c)

@@ -394,7 +394,9 @@ class FileOutputCommitter(OutputCommitter):
             raise CommitDenied(f"task attempt {ta.name} belongs to application attempt {ta.app_attempt}, the job "
                                f"is now in application attempt {current}; its files were removed",
                                task=ta.task, attempt=ta.attempt)
-        if self.ledger.claim(ta.app_attempt, ta.task, ta.attempt, COMMITTING) == FAILED:
+        fate = self.ledger.claim(ta.app_attempt, ta.task, ta.attempt, COMMITTING)
+        inject("commit_task.after_claim")
+        if fate == FAILED:
             # whoever recorded it failed removes its files (or has); removing them again is harmless
             self._discard_attempt(ta)
             raise CommitDenied(f"task attempt {ta.name} was recorded as failed (by its own abort, a newer try of "

@@ -33,6 +33,7 @@ POINTS: tuple[str, ...] = (
     "setup_task.after_dir",
     "writer.after_file",
     "commit_task.before_record",
+    "commit_task.after_claim",
     "commit_task.after_record",
     "commit_task.mid_move",
     "commit_task.after_move",

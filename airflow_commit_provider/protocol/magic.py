@@ -139,6 +139,9 @@ class MultipartPublisher(Publisher):
                           "upload_id": p["upload_id"], "parts": p["parts"]})
         return files
 
+    def pending_uploads(self, work_dir: str) -> set[str]:
+        return {p["upload_id"] for p in self._pending_of(work_dir, missing_ok=True)}
+
     def discard(self, work_dir: str) -> None:
         """Abort the attempt's uploads, then remove its ``.pending`` records."""
         for p in self._pending_of(work_dir, missing_ok=True):

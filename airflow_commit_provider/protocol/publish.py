@@ -82,6 +82,10 @@ class Publisher:
         """Where a committed attempt's files lie until job commit (the record says it): ``""`` is the output."""
         return work_dir
 
+    def pending_uploads(self, work_dir: str) -> set[str]:
+        """Upload ids an attempt holds open outside its directory (only the magic committer has any)."""
+        return set()
+
     def clobbered(self, paths: Sequence[str]) -> list[str]:
         """Those of an attempt's files whose task commit would replace a visible file (only v2 publishes there)."""
         return []

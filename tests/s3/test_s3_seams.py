@@ -86,3 +86,44 @@ def test_s3_client_start_is_not_counted_as_recovery(bucket):
     assert durations["total"] == pytest.approx(sum(v for k, v in durations.items()
                                                    if k not in ("total", "client_start", "cleanup_after_success")),
                                                abs=0.05)
+
+
+def _claimed_zombie(root: str, queue) -> None:
+    """Try 1 of task 3: writes, claims its commit, is paused (SIGSTOP) there; reports its outcome when resumed."""
+    faults.arm("commit_task.after_claim", "stop")
+    c = make(root, "magic")
+    try:
+        queue.put(run_task_attempt(c, 3, 1, produce(3, 1)).status)
+    except Exception as exc:  # reported, so the test can say what happened
+        queue.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_s3_magic_teardown_keeps_the_uploads_of_a_try_that_claimed_its_commit(bucket):
+    """A try that claimed its commit is left alone by the teardown (its commit may still finish); its pending
+    uploads must be left alone too, or its commit is accepted with uploads that no longer exist and every job
+    commit after the clear fails."""
+    import multiprocessing as mp
+    import os
+    import signal
+
+    from ..protocol.test_lifecycle_seams import _wait_stopped
+
+    root = f"s3://{bucket}/claimed"
+    c = make(root, "magic")
+    c.setup_job()
+    for t in range(3):
+        run_task_attempt(c, t, 1, produce(t, 1))
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    zombie = ctx.Process(target=_claimed_zombie, args=(root, queue))
+    zombie.start()
+    _wait_stopped(zombie.pid)
+    assert c.abort_job(keep_committed=True)["state"] == "aborted"   # the failed run's teardown
+    os.kill(zombie.pid, signal.SIGCONT)
+    assert queue.get(timeout=120) == "committed", "its claim held: its commit completes after the teardown"
+    zombie.join(60)
+    c.setup_job()                                                  # the user clears the run
+    assert {run_task_attempt(c, t, 2, produce(t, 2)).status for t in range(4)} == {"recovered"}
+    c.commit_job(4)
+    sc.assert_exactly_once(sc.read_rows(root))
+    assert read_success_marker(root, verify_files=True)["totals"]["rows"] == 4 * sc.ROWS
