@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.deployment.distributed import CeleryDeployment  # noqa: E402
+from tests.deployment.distributed import CeleryDeployment, start_deployment  # noqa: E402
 
 DAG_FILE = Path(__file__).with_name("distributed_dags.py")
 OUT = Path(__file__).with_name("results_distributed.json")
@@ -95,11 +95,11 @@ def bench_wrap(executor: str, sizes: list[float], reps: int, base: Path) -> tupl
     name, _, variant = executor.partition(":")
     if variant == "preload":  # the workers import the heavy modules once, before forking (celery_preload.py)
         env["AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS"] = "benchmarks.celery_preload.CONFIG"
-    dep = CeleryDeployment(base / executor.replace(":", "-"), workers=2, concurrency=2, parallelism=4,
-                           extra_env=env, dag_files=(DAG_FILE,), executor=name)
+    dep = start_deployment(lambda n: CeleryDeployment(base / f"{executor.replace(':', '-')}-{n}", workers=2,
+                                                      concurrency=2, parallelism=4, extra_env=env,
+                                                      dag_files=(DAG_FILE,), executor=name))
     rows = []
     try:
-        dep.start()
         sampler = MemorySampler(dep)
         sampler.start()
         for kind in ("plain", "stage"):  # the first runs after a start wait for the DAGs' first parse: not timed
@@ -143,12 +143,12 @@ def bench_scale(tasks: int, algorithms: list[str], base: Path, workers: int = 2,
     env = {"COMMIT_BENCH_SIZES": "[0]", "COMMIT_BENCH_TASKS": "1", "COMMIT_BENCH_SCALE_TASKS": str(tasks)}
     if preload:
         env["AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS"] = "benchmarks.celery_preload.CONFIG"
-    dep = CeleryDeployment(base / "scale", workers=workers, concurrency=concurrency,
-                           parallelism=workers * concurrency, extra_env=env, dag_files=(DAG_FILE,))
+    dep = start_deployment(lambda n: CeleryDeployment(base / f"scale-{n}", workers=workers, concurrency=concurrency,
+                                                      parallelism=workers * concurrency, extra_env=env,
+                                                      dag_files=(DAG_FILE,)))
     results: dict[str, Any] = {"tasks": tasks, "workers": workers, "concurrency_per_worker": concurrency,
                                "preload": preload, "runs": []}
     try:
-        dep.start()
         idle = dep.memory()
         sampler = MemorySampler(dep)
         sampler.start()

@@ -300,6 +300,22 @@ class CeleryDeployment(Deployment):
                                  use_listings_cache=False, skip_instance_cache=True)
 
 
+def start_deployment(make, attempts: int = 3) -> CeleryDeployment:
+    """``make(n).start()``, again from nothing (new ports, new directory) if a port chosen free was taken by
+    another process before a component bound it (machines shared with other test runs)."""
+    for n in range(attempts):
+        dep = make(n)
+        try:
+            dep.start()
+            return dep
+        except Exception:
+            dep.stop()
+            logs = " ".join(p.read_text(errors="replace")[-4000:] for p in dep.dir.rglob("*.log"))
+            if n == attempts - 1 or "address already in use" not in logs.lower():
+                raise
+    raise AssertionError("unreachable")
+
+
 def _pss_pid(pid: int) -> float:
     try:
         return next(int(line.split()[1]) for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()

@@ -33,11 +33,11 @@ TASKS, ROWS = 6, 10
 
 @pytest.fixture(scope="module")
 def celery_deployment():
-    from .distributed import CeleryDeployment
+    from .distributed import CeleryDeployment, start_deployment
 
-    dep = CeleryDeployment(SESSION_DIR / "celery", workers=2, concurrency=2, parallelism=8)
+    dep = start_deployment(lambda n: CeleryDeployment(SESSION_DIR / f"celery-{n}", workers=2, concurrency=2,
+                                                      parallelism=8))
     try:
-        dep.start()
         yield dep
     finally:
         dep.stop()
