@@ -458,7 +458,9 @@ class FileOutputCommitter(OutputCommitter):
                                "(a teardown, a cleanup, a newer try); the attempt is recorded failed and cannot "
                                "commit", task=ta.task, attempt=ta.attempt, attempt_failed=True)
         clobbered = self.publisher.clobbered([f["path"] for f in files])
-        if clobbered:
+        # files of another attempt of this task that won meanwhile (a zombie's race) are not a clobber: the record
+        # creation below then fails and this attempt is denied with the winner
+        if clobbered and self._task_record(ta.app_attempt, ta.task, ta.job_uuid) is None:
             self.ledger.overrule(ta.app_attempt, ta.task, ta.attempt)
             self._discard_dir(ta.work_dir)
             raise InvalidOutputSpec(f"task attempt {ta.name} would replace {len(clobbered)} visible file(s) at its "
