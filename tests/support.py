@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -17,23 +18,61 @@ def free_port() -> int:
 
 def start_moto(env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     """moto's S3 server on a free 127.0.0.1 port, answering; returns the process and its URL. With *env*, the
-    process environment gets credentials and ``AWS_ENDPOINT_URL_S3`` pointing at it (callers pass os.environ)."""
+    process environment gets credentials and ``AWS_ENDPOINT_URL_S3`` pointing at it (callers pass os.environ).
+
+    A port found free can be taken by another process before moto binds it (another suite starting its own moto
+    at the same moment): moto then exits, and the other server would answer in its place until it stops. So the
+    answering socket must be this process's; otherwise a new port is tried."""
     import requests
 
-    port = free_port()
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            requests.get(url, timeout=1)
+    for _ in range(20):
+        port = free_port()
+        proc = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p",
+                                 str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(600):
+            if proc.poll() is not None:
+                break
+            try:
+                requests.get(url, timeout=1)
+                break
+            except requests.RequestException:
+                time.sleep(0.1)
+        if proc.poll() is None and _listens(proc.pid, port):
             break
-        except requests.RequestException:
-            time.sleep(0.1)
+        proc.kill()
+        proc.wait()
+    else:
+        raise RuntimeError("could not start moto's server on a free port")
     if env is not None:
         env.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret-do-not-log",
                     "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL_S3": url})
     return proc, url
+
+
+def _listens(pid: int, port: int) -> bool:
+    """Whether process *pid* holds the listening TCP socket on 127.0.0.1:*port* (Linux /proc)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # 0A: LISTEN
+                inodes.add(fields[9])
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in {f"socket:[{i}]" for i in inodes}:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def race_two_processes(target, *args, results: int, timeout: float = 120) -> list:
