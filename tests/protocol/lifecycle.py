@@ -406,6 +406,11 @@ class Killed(Exception):
     """The worker process running a protocol call was SIGKILLed (test_lifecycle_processes.py)."""
 
 
+class Paused(Killed):
+    """The worker process running a protocol call stopped itself at a fault point (SIGSTOP): a zombie that may be
+    woken later (test_lifecycle_processes.py)."""
+
+
 def step(fn: Callable[..., Any]) -> Callable[..., Any]:
     """A rule: recorded in the schedule, run, then every reader checked. A rule that does not apply in the
     current state (a replay after shrinking) returns ``SKIP`` and is not recorded."""
@@ -418,6 +423,10 @@ def step(fn: Callable[..., Any]) -> Callable[..., Any]:
         self.expect_markers = set()
         try:
             result = fn(self, **kwargs)
+        except Paused:
+            self.events[f"worker paused in {fn.__name__}"] += 1
+            result = None
+            self.after_pause(fn.__name__, kwargs)
         except Killed:
             self.events[f"worker killed in {fn.__name__}"] += 1
             result = None
@@ -532,6 +541,10 @@ class Lifecycle:
     def after_kill(self, rule: str, kwargs: dict[str, Any]) -> None:
         """A worker died in the middle of *rule*: bring the model in line with what the store shows."""
         raise NotImplementedError("in-process schedules have no workers to kill")
+
+    def after_pause(self, rule: str, kwargs: dict[str, Any]) -> None:
+        """A worker stopped itself in the middle of *rule*: what it did so far, as after a kill; it may wake."""
+        raise NotImplementedError("in-process schedules have no workers to pause")
 
     # ------------------------------------------------------------------------------------ protocol calls
     # Every call the rules make goes through these, in this process; test_lifecycle_processes.py runs them in
@@ -1295,5 +1308,5 @@ def describe(result: Result, *, bucket: str | None = None, lifecycle: Callable[.
     return "\n".join(text)
 
 
-__all__ = ["KNOWN_OPEN", "Config", "Driver", "Killed", "Lifecycle", "Result", "Tally", "Target", "Violation",
+__all__ = ["KNOWN_OPEN", "Config", "Driver", "Killed", "Lifecycle", "Paused", "Result", "Tally", "Target", "Violation",
            "describe", "known_open", "random_config", "render", "replay", "run_many", "run_schedule", "shrink"]

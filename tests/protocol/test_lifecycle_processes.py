@@ -8,7 +8,11 @@ worker only, action ``kill``), or from a timer a few milliseconds into the call.
 store shows through the committer's ``status()``, checks that it is a possible outcome of the interrupted call
 (no record of a try that did not commit, no committed job whose winners differ from the model's, ...), brings the
 model in line, and the schedule goes on: a kill is a try, a commit or a teardown that Airflow will retry, or a
-zombie that never comes back. The same readers check every step.
+zombie that never comes back. A call may also *pause* (:meth:`ProcessLifecycle.pause_next`: SIGSTOP at a fault
+point) and be woken much later (:meth:`ProcessLifecycle.resume`, SIGCONT), after teardowns, clears and job
+commits: a zombie stopped at the worst moment. What a woken call did must again be a possible outcome (a new
+record only for its own try; a purge never deletes the job under a running commit; a job commit woken after the run
+moved on commits the winners recovery picks now), and the same readers check every step.
 
 CI runs ``COMMIT_PROCESS_SCHEDULES`` schedules (default 6, ~20 s); ``python -m tests.schedules --processes 500`` is
 the long run.
@@ -38,7 +42,7 @@ from airflow_commit_provider.protocol import (
 )
 
 from . import lifecycle as lc
-from .lifecycle import Config, Driver, Gen, Killed, Lifecycle, Rec, Try
+from .lifecycle import Config, Driver, Gen, Killed, Lifecycle, Paused, Plan, Rec, Try
 
 COUNT = int(os.environ.get("COMMIT_PROCESS_SCHEDULES", "6"))
 STEPS = int(os.environ.get("COMMIT_PROCESS_SCHEDULE_STEPS", "30"))
@@ -61,7 +65,7 @@ def _serve(conn: Any, cfg: Config, target: lc.Target) -> None:
     state: dict[str, Any] = {}
     while True:
         try:
-            op, args, point = conn.recv()
+            op, args, point, action = conn.recv()
         except EOFError:
             return
         if op == "exit":
@@ -69,7 +73,11 @@ def _serve(conn: Any, cfg: Config, target: lc.Target) -> None:
         faults.disarm()
         if point:
             name, _, nth = point.partition("@")
-            faults.arm(name, "kill", int(nth or 1))
+            try:
+                faults.arm(name, action, int(nth or 1))
+            except ValueError:   # a protocol version without the 'stop' action: its 'kill' stops instead
+                faults.os = _StopInsteadOfKill()   # type: ignore[attr-defined]
+                faults.arm(name, "kill", int(nth or 1))
         try:
             answer: tuple[str, Any] = ("ok", _OPS[op](c, cfg, state, *args))
         except CommitDenied as denied:
@@ -80,6 +88,17 @@ def _serve(conn: Any, cfg: Config, target: lc.Target) -> None:
             answer = ("error", (type(exc).__name__, f"{exc}"))
         faults.disarm()
         conn.send(answer)
+
+
+class _StopInsteadOfKill:
+    """``os`` for the faults module of a version without the ``stop`` action: SIGKILL to itself becomes SIGSTOP."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    @staticmethod
+    def kill(pid: int, sig: int) -> None:
+        os.kill(pid, signal.SIGSTOP if pid == os.getpid() and sig == signal.SIGKILL else sig)
 
 
 def _op_setup_task(c: Any, cfg: Config, state: dict[str, Any], task: int, n: int) -> tuple[int, str]:
@@ -157,20 +176,38 @@ class Worker:
                 os._exit(code)
         child.close()
         _PARENT_ENDS.add(parent)
-        self.pid, self.conn, self.alive = pid, parent, True
+        self.pid, self.conn, self.alive, self.paused, self.op = pid, parent, True, False, ""
 
-    def call(self, op: str, *args: Any, kill: str | None = None) -> Any:
-        """Run *op* in the worker; raises :class:`Killed` when it died (as armed by *kill*, or otherwise)."""
-        point = kill if kill and not kill.startswith("timer:") else None
-        self.conn.send((op, args, point))
+    def call(self, op: str, *args: Any, kill: str | None = None, stop: str | None = None) -> Any:
+        """Run *op* in the worker; raises :class:`Killed` when it died (as armed by *kill*, or otherwise), and
+        :class:`Paused` when it stopped itself at the fault point *stop* (``point@nth``)."""
+        point, action = (kill, "kill") if kill and not kill.startswith("timer:") else (stop, "stop")
+        self.conn.send((op, args, point, action))
+        self.op = op
         killed = False
         if kill and kill.startswith("timer:") and not self.conn.poll(float(kill[6:]) / 1000):
             os.kill(self.pid, signal.SIGKILL)
             killed = True
+        if stop and not kill:
+            deadline = time.monotonic() + HANG_SECONDS
+            while not self.conn.poll(0.002) and time.monotonic() < deadline:
+                pid, status = os.waitpid(self.pid, os.WUNTRACED | os.WNOHANG)
+                if pid and os.WIFSTOPPED(status):
+                    self.paused = True
+                    raise Paused(op)
+        return self._answer(op, killed)
+
+    def resume(self) -> Any:
+        """Wake the paused worker; its call goes on from the fault point and answers as usual."""
+        self.paused = False
+        os.kill(self.pid, signal.SIGCONT)
+        return self._answer(self.op, False)
+
+    def _answer(self, op: str, killed: bool) -> Any:
         if not self.conn.poll(HANG_SECONDS):
             os.kill(self.pid, signal.SIGKILL)
             self._reap()
-            raise lc.Violation("worker-hung", f"{op}{args} did not answer in {HANG_SECONDS} s")
+            raise lc.Violation("worker-hung", f"{op} did not answer in {HANG_SECONDS} s")
         try:
             kind, value = self.conn.recv()
         except (EOFError, ConnectionResetError):
@@ -200,20 +237,28 @@ class Worker:
     def stop(self) -> None:
         if not self.alive:
             return
+        if self.paused:   # a stopped process reads nothing: a zombie that never wakes
+            os.kill(self.pid, signal.SIGKILL)
+            self._reap()
+            return
         try:
-            self.conn.send(("exit", (), None))
+            self.conn.send(("exit", (), None, None))
         except (BrokenPipeError, OSError):
             pass
         self._reap()
 
 
 def one_shot(h: ProcessLifecycle, op: str, *args: Any) -> Any:
-    """*op* in a fresh worker (setup, job commit, teardown), which then exits."""
+    """*op* in a fresh worker (setup, job commit, teardown), which then exits (or stays paused, a zombie)."""
     w = Worker(h.cfg, h.target)
     try:
-        return w.call(op, *args, kill=h.take_kill(op))
+        return w.call(op, *args, kill=h.take_kill(op), stop=h.take_stop(op))
+    except Paused:
+        h.paused_worker = w
+        raise
     finally:
-        w.stop()
+        if not w.paused:
+            w.stop()
 
 
 # ---------------------------------------------------------------------------------------------------- lifecycle
@@ -221,9 +266,16 @@ class ProcessLifecycle(Lifecycle):
     """:class:`Lifecycle` whose protocol calls run in worker processes that the schedule may SIGKILL."""
 
     def __init__(self, cfg: Config, target: lc.Target | None = None, *, bucket: str | None = None) -> None:
-        assert cfg.store == "local", "worker processes share the store: local disk only"
+        assert cfg.store != "memory", "worker processes share the store: local disk or S3"
         self.workers: dict[int, Worker] = {}
         self.armed: str | None = None
+        self.armed_stop: str | None = None
+        self.paused_worker: Worker | None = None
+        #: calls paused in the middle, by number: (rule, its arguments, the fault point, the worker)
+        self.paused: dict[int, tuple[str, dict[str, Any], str, Worker]] = {}
+        self.pauses = 0
+        self.woken = ""
+        self.expected_commit = ""
         super().__init__(cfg, target, bucket=bucket)
 
     @property
@@ -239,10 +291,57 @@ class ProcessLifecycle(Lifecycle):
         self.armed = None
         return kill
 
+    def take_stop(self, op: str) -> str | None:
+        stop = self.armed_stop
+        if stop is None or stop.split(".")[0] not in REACHES[op]:
+            return None
+        self.armed_stop = None
+        return stop
+
     @lc.step
     def kill_next(self, spec: str) -> None:
         """The next worker call dies: ``<point>@<nth>`` (SIGKILL at that fault point) or ``timer:<ms>``."""
         self.armed = spec
+
+    @lc.step
+    def pause_next(self, spec: str) -> None:
+        """The next worker call that reaches ``<point>@<nth>`` stops there (SIGSTOP): a zombie paused at the worst
+        moment, which :meth:`resume` may wake after anything else happened."""
+        self.armed_stop = spec
+
+    @lc.step
+    def resume(self, k: int) -> None:
+        """Paused call *k* wakes (SIGCONT) and goes on from where it stopped."""
+        if k not in self.paused:
+            return lc.SKIP
+        rule, kwargs, point, w = self.paused.pop(k)
+        t = self.tries.get(kwargs.get("n", -1))
+        job_before = self.job
+        committing = job_before is not None and job_before.plan is not None
+        self.expected_commit = self._predict_commit(t)[0] if t is not None else ""
+        try:
+            answer: Any = w.resume()
+        except Killed:
+            answer = Killed
+        except Exception as exc:  # noqa: BLE001 - a woken zombie may fail in many ways; the store tells the truth
+            answer = exc
+        self.events[f"resumed {rule} paused at {point.split('@')[0]}"] += 1
+        if t is not None:
+            op = w.op
+            ok = answer is not Killed and not isinstance(answer, Exception)
+            t.stage = {"write": "written", "close": "closed", "setup_task": "new"}.get(op, "killed") \
+                if ok else "killed"
+            if op == "setup_task" and ok:
+                t.app = answer[0]
+            if op == "commit" and ok:
+                t.stage = "committed"
+            if t.stage == "killed":
+                w.stop()
+                self.workers.pop(t.n, None)
+        if rule == "teardown" and kwargs.get("purge") and committing:
+            self._expect(self.c.job_record() is not None or self.c.commit_log() is not None, "resumed-purge",
+                         "a purge woken during a job commit deleted the job under it")
+        self.after_kill(rule, kwargs, woken=point)
 
     # -------------------------------------------------------------------- calls, in workers
     def _try_worker(self, t: Try) -> Worker:
@@ -254,7 +353,11 @@ class ProcessLifecycle(Lifecycle):
         w = self._try_worker(t)
         if not w.alive:
             raise Killed(op)
-        return w.call(op, *args, kill=self.take_kill(op))
+        try:
+            return w.call(op, *args, kill=self.take_kill(op), stop=self.take_stop(op))
+        except Paused:
+            self.paused_worker = w
+            raise
 
     def call_setup_job(self) -> Any:
         return _Ctx(one_shot(self, "setup_job"))
@@ -289,7 +392,7 @@ class ProcessLifecycle(Lifecycle):
         return one_shot(self, "commit_job")
 
     def dispose(self) -> None:
-        for w in self.workers.values():
+        for w in list(self.workers.values()) + [w for *_, w in self.paused.values()]:
             w.stop()
         super().dispose()
 
@@ -302,10 +405,25 @@ class ProcessLifecycle(Lifecycle):
         super().check()
 
     # -------------------------------------------------------------------- a kill, resolved from the store
-    def after_kill(self, rule: str, kwargs: dict[str, Any]) -> None:
+    def after_pause(self, rule: str, kwargs: dict[str, Any]) -> None:
+        w, self.paused_worker = self.paused_worker, None
+        assert w is not None
+        self.pauses += 1
+        point = next((a[1]["spec"] for a in reversed(self.actions) if a[0] == "pause_next"), "?")
+        self.paused[self.pauses] = (rule, kwargs, point, w)
         t = self.tries.get(kwargs.get("n", -1))
-        if t is not None and rule in ("start", "write", "close", "commit", "fail", "recommit"):
+        if t is not None:
+            t.stage = "paused"
+        self.after_kill(rule, kwargs, paused=True)
+
+    def after_kill(self, rule: str, kwargs: dict[str, Any], *, paused: bool = False, woken: str = "") -> None:
+        """The call of *rule* died (or stopped, *paused*; or a stopped one finished, *woken* at that point): the
+        model takes what the store shows, once it is a possible outcome of that call."""
+        t = self.tries.get(kwargs.get("n", -1))
+        if t is not None and rule in ("start", "write", "close", "commit", "fail", "recommit") \
+                and not paused and not woken:
             t.stage = "killed"
+        self.woken = woken
         st = self.c.status()
         if rule == "commit_job":
             self._after_killed_commit_job(st)
@@ -337,18 +455,39 @@ class ProcessLifecycle(Lifecycle):
             job.v2_maybe |= job.v2  # a v2 abort that died: some of its withdrawals happened, some not
 
     def _after_killed_commit_job(self, st: dict[str, Any]) -> None:
-        job, plan = self.job, self.job.plan if self.job else None
-        plan = plan or self.pending_plan
-        if st["state"] == "committed" and job is not None and st["job_uuid"] == job.uuid:
-            assert plan is not None
-            self.committed(plan, {"tasks": st["tasks"]})
-            self.expect_markers = set()   # a commit killed after its cleanup: _SUCCESS was written before
-            return
+        job = self.job
         if job is None:
             return
-        if st["state"] == "committing":
-            job.plan = plan
+        if st["state"] == "committed" and st["job_uuid"] == job.uuid:
+            self.committed(self._plan_of(st), {"tasks": st["tasks"]})
+            self.expect_markers = set()   # a commit killed after its cleanup: _SUCCESS was written before
+            return
+        if st["state"] == "committing" and job.plan is None:
+            job.plan = self.pending_plan if not self.woken else self._plan_of(
+                {"tasks": [{"task": t, "attempt": r.n} for t, r in
+                           ((t, self.winner(t)) for t in range(self.cfg.tasks)) if r is not None]})
         self._sync_records("commit_job", None, st)
+
+    def _plan_of(self, st: dict[str, Any]) -> Plan:
+        """The plan a job commit followed, from the winners it names (the commit log's tasks): each must be a try
+        of that task, of this job, that committed; and (I1) the one recovery picks."""
+        job = self.job
+        assert job is not None
+        winners: dict[int, Rec] = {}
+        for entry in st["tasks"]:
+            t = self.tries.get(entry["attempt"])
+            self._expect(t is not None and t.task == entry["task"] and t.serial == job.serial
+                         and t.claim == "committing", "kill-sync: job commit",
+                         f"the job committed try {entry['attempt']} for task {entry['task']}, which never committed "
+                         f"in this job ({t})")
+            winners[entry["task"]] = Rec(entry["attempt"], t.app if t else -1)
+        now = {task: r.n for task in range(self.cfg.tasks) if (r := self.winner(task)) is not None}
+        if self.woken:
+            self._expect({t: r.n for t, r in winners.items()} == now, "resumed-commit_job: stale winners",
+                         f"a job commit woken after the run moved on committed {({t: r.n for t, r in winners.items()})}"
+                         f", recovery picks {now} now")
+        new = self.rows_of(winners.values())
+        return Plan(job.app, winners, new, self.target_after(new))
 
     def _sync_records(self, rule: str, t: Try | None, st: dict[str, Any]) -> None:
         """Records and fates as the store shows them, checked against what the killed call could have done."""
@@ -367,8 +506,12 @@ class ProcessLifecycle(Lifecycle):
             if after is None:
                 ok = rule == "teardown" and self.cfg.algorithm == 2   # a v2 abort withdraws commits
             else:
-                ok = (before is None and t is not None and rule in ("commit", "recommit") and t.task == task
-                      and after.n == t.n and t.claim != "failed")
+                # the interrupted try's own commit; a woken one that had claimed its commit before it stopped
+                # finishes it even in an application attempt that is no longer the current one, and it counts
+                ok = (t is not None and rule in ("commit", "recommit") and t.task == task and after.n == t.n
+                      and t.claim != "failed" and (before is None or self.woken))
+                if ok and self.woken.startswith("commit_task.before_record"):   # stopped before anything: as usual
+                    ok = self.expected_commit == "commit"
             self._expect(ok, "kill-sync", f"task {task}: the model's winner {before} became {after} in a killed "
                          f"{rule}")
             if after is not None and t is not None:   # the killed try committed
@@ -425,7 +568,17 @@ class ProcessDriver(Driver):
             self.h.kill_next(f"{self.rng.choice(lc.COMMIT_POINTS)}@{self.rng.choice([1, 1, 2, 3])}")  # type: ignore
         self.h.commit_job()
 
+    #: where a paused zombie hurts most: inside a task commit, a teardown, a job commit, a setup
+    PAUSE_POINTS: ClassVar[list[str]] = [p for p in faults.POINTS if p.startswith(
+        ("commit_task.", "abort_job.", "commit_job.", "setup_job.", "setup_task.", "recover_task."))]
+
     def one(self) -> None:
+        h: ProcessLifecycle = self.h   # type: ignore[assignment]
+        if h.paused and self.rng.random() < 0.12:
+            h.resume(self.rng.choice(sorted(h.paused)))
+            return
+        if self.rng.random() < 0.2:
+            h.pause_next(f"{self.rng.choice(self.PAUSE_POINTS)}@{self.rng.choice([1, 1, 2])}")
         if self.rng.random() < 0.3:
             if self.rng.random() < 0.6:
                 weights, groups = zip(*self.KILL_POINTS)
@@ -480,3 +633,29 @@ def test_a_try_killed_in_its_commit_is_recovered_or_rerun() -> None:
         finally:
             h.dispose()
 
+
+
+@pytest.mark.parametrize("purge", [False, True])
+def test_a_zombie_teardown_woken_after_the_clear_stands_down(purge: bool) -> None:
+    """The teardown of the failed run pauses right after reading the job (SIGSTOP at abort_job.after_read); the user
+    clears the run, which recovers the v2 task and commits (or, for the purge, dies after fixing its plan); then
+    the teardown wakes. It must not delete the committed output, nor the job under a running commit. (Found from
+    outside and fixed in 4a2d10c; pinned here as a schedule.)"""
+    h = ProcessLifecycle(Config(store="local", algorithm=2, mode="append", tasks=1, partition_by=("p",)))
+    try:
+        h.setup()
+        h.start(n=1, task=0, parts=[["a"]])
+        h.write(n=1)
+        h.close(n=1)
+        h.commit(n=1)
+        h.pause_next("abort_job.after_read@1")
+        h.teardown(purge=purge)
+        h.setup()
+        if purge:
+            h.kill_next("commit_job.after_plan@1")
+        h.commit_job()
+        h.resume(1)
+        h.commit_job()
+        assert h.events["resumed teardown paused at abort_job.after_read"] == 1
+    finally:
+        h.dispose()

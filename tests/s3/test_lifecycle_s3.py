@@ -90,3 +90,30 @@ def test_stale_winner_asking_again_keeps_the_committed_data_s3(bucket: str, algo
         h.commit_job()
     finally:
         h.dispose()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_paused_magic_commit_survives_the_teardown_s3(bucket: str) -> None:
+    """A magic try stops right after claiming its commit (SIGSTOP at commit_task.after_claim, a real process); the
+    failed run's teardown leaves it alone, pending uploads included; it wakes and its commit counts; the cleared
+    run recovers it and commits. (Found from outside and fixed in e99579f: the teardown aborted its uploads.)"""
+    from ..protocol.test_lifecycle_processes import ProcessLifecycle
+
+    h = ProcessLifecycle(Config(store="s3", algorithm="magic", mode="append", tasks=1, partition_by=(),
+                                old_data=False), bucket=bucket)
+    try:
+        h.setup()
+        h.start(n=1, task=0, parts=[[]])
+        h.write(n=1)
+        h.close(n=1)
+        h.pause_next("commit_task.after_claim@1")
+        h.commit(n=1)
+        h.teardown()
+        h.resume(1)
+        h.setup()
+        h.start(n=2, task=0, parts=[[]])
+        h.commit_job()
+        assert h.events["resumed commit paused at commit_task.after_claim"] == 1
+        assert h.events["start: recovered"] == 1
+    finally:
+        h.dispose()
