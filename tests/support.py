@@ -16,9 +16,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_moto(env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+def start_moto(env: dict[str, str] | None = None, log: Path | None = None) -> tuple[subprocess.Popen, str]:
     """moto's S3 server on a free 127.0.0.1 port, answering; returns the process and its URL. With *env*, the
     process environment gets credentials and ``AWS_ENDPOINT_URL_S3`` pointing at it (callers pass os.environ).
+    With *log*, the server's output is appended there (so that a server that dies says why).
 
     A port found free can be taken by another process before moto binds it (another suite starting its own moto
     at the same moment): moto then exits, and the other server would answer in its place until it stops. So the
@@ -27,8 +28,11 @@ def start_moto(env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str
 
     for _ in range(20):
         port = free_port()
+        out = open(log, "ab") if log is not None else subprocess.DEVNULL   # noqa: SIM115 - the child holds it
         proc = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p",
-                                 str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                 str(port)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        if log is not None:
+            out.close()
         url = f"http://127.0.0.1:{port}"
         for _ in range(600):
             if proc.poll() is not None:

@@ -13,13 +13,19 @@ import uuid
 
 import pytest
 
+from ..conftest import TEST_WORK
 from ..support import start_moto
+
+_SERVER: dict[str, object] = {}
+MOTO_LOG = TEST_WORK / "moto-s3-suite.log"
 
 
 @pytest.fixture(scope="session")
 def moto_server():
     env: dict[str, str] = {}
-    proc, url = start_moto(env)
+    MOTO_LOG.parent.mkdir(parents=True, exist_ok=True)
+    proc, url = start_moto(env, log=MOTO_LOG)
+    _SERVER["proc"] = proc
     env.update({"AIRFLOW_CONN_COMMIT_S3": json.dumps({
                "conn_type": "aws", "login": "testing", "password": "testing-secret-do-not-log",
                "extra": {"endpoint_url": url, "region_name": "us-east-1"}})})
@@ -31,8 +37,20 @@ def moto_server():
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+    _SERVER.clear()
     proc.terminate()
     proc.wait(timeout=10)
+
+
+@pytest.fixture(autouse=True)
+def _moto_still_serves():
+    """The whole module shares one server: if a test ends with it gone, that test is the one to blame (every later
+    test would fail with a refused connection); its exit status and the end of its log say how it went."""
+    yield
+    proc = _SERVER.get("proc")
+    if proc is not None and proc.poll() is not None:   # type: ignore[attr-defined]
+        tail = MOTO_LOG.read_text(errors="replace")[-3000:] if MOTO_LOG.exists() else ""
+        pytest.fail(f"moto's server exited with status {proc.returncode} during this test; its log ends:\n{tail}")
 
 
 @pytest.fixture
