@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -28,6 +28,7 @@ from ..links.commit_status import CommitStatusLink, CommitTargetLink
 from ..protocol import CommitDenied, FileOutputCommitter, InvalidOutputSpec, make_committer, run_task_attempt
 from ..protocol.committer import check_mode, normalize_algorithm
 from ..protocol.paths import check_partition_key
+from .setup_context import SetupContext
 
 #: Task state store key holding a write task's commit outcome (Airflow 3.3+: the task instance's "Storage" tab).
 STATE_KEY = "commit"
@@ -57,27 +58,111 @@ def _call(func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, An
     return func(*args, **kwargs)
 
 
-class CommitOperatorMixin:
-    """Configuration shared by every operator of a stage: where, how, and which job."""
+#: The parameters every operator of a stage takes (:class:`CommitBaseOperator`'s own).
+SHARED_ARGS = ("target", "conn_id", "algorithm", "mode", "partition_by", "commit_threads", "job_name")
 
-    commit_template_fields: tuple[str, ...] = ("target", "conn_id", "job_name")
-    operator_extra_links = (CommitStatusLink(), CommitTargetLink())
 
-    def _init_commit(self, *, target: Any, conn_id: str | None = None, algorithm: int | str = 1, mode: str = "error",
-                     partition_by: Collection[str] | str = (), commit_threads: int | None = None,
-                     job_name: str | None = None) -> None:
+def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
+    """The shared parameters of a stage's operators in *args*, validated and normalised (``algorithm="v2"`` -> 2,
+    ``partition_by="day"`` -> ``["day"]``); only those given are checked (a mapped operator's ``partial`` may give
+    some only). Raises :class:`~airflow_commit_provider.protocol.InvalidOutputSpec` naming *owner*, the parameter
+    and its value."""
+    out = dict(args)
+
+    def bad(name: str, why: str) -> InvalidOutputSpec:
+        return InvalidOutputSpec(f"{owner}: {name}={args[name]!r}: {why}")
+
+    if "target" in args:
+        target = args["target"]
         if target is None or (isinstance(target, str) and not target.strip()):
-            raise InvalidOutputSpec("target is required: a local path, a URL such as s3://bucket/prefix, or an "
-                                    "ObjectStoragePath")
-        self.target = target
-        self.conn_id = conn_id
-        self.algorithm = normalize_algorithm(algorithm)
-        self.mode = check_mode(mode)
-        self.partition_by = [partition_by] if isinstance(partition_by, str) else list(partition_by)
-        for key in self.partition_by:
-            check_partition_key(key)
-        self.commit_threads = commit_threads
-        self.job_name = job_name
+            raise bad("target", "target is required: a local path, a URL such as s3://bucket/prefix, or an "
+                                "ObjectStoragePath")
+    checks = {"algorithm": normalize_algorithm, "mode": check_mode, "partition_by": _partition_columns,
+              "commit_threads": _threads}
+    for name, check in checks.items():
+        if name in args:
+            try:
+                out[name] = check(args[name])
+            except InvalidOutputSpec as exc:
+                raise bad(name, str(exc)) from None
+    if out.get("mode") == "dynamic" and "partition_by" in args and not out["partition_by"]:
+        raise bad("partition_by", "mode='dynamic' replaces the partitions a job writes, so it needs partition_by")
+    return out
+
+
+def _partition_columns(partition_by: Any) -> list[str]:
+    columns = [partition_by] if isinstance(partition_by, str) else partition_by
+    if not isinstance(columns, Iterable):
+        raise InvalidOutputSpec("give a partition column name or a list of them")
+    columns = [check_partition_key(key) for key in columns]
+    if len(set(columns)) != len(columns):
+        raise InvalidOutputSpec(f"partition columns repeat: {columns}")
+    return columns
+
+
+def _threads(commit_threads: Any) -> int | None:
+    if commit_threads is not None and (isinstance(commit_threads, bool) or not isinstance(commit_threads, int)
+                                       or commit_threads < 1):
+        raise InvalidOutputSpec("commit_threads must be a positive integer (or None: the store's default)")
+    return commit_threads
+
+
+class _CheckedPartial:
+    """``Operator.partial(...)`` that validates the shared parameters it is given, at DAG parse time: Airflow builds
+    a mapped task's operator (so runs its constructor) only when each mapped task instance runs."""
+
+    def __get__(self, obj: Any, cls: type[CommitBaseOperator]) -> Callable[..., Any]:
+        partial = super(CommitBaseOperator, obj if obj is not None else cls).partial  # type: ignore[misc]
+        if obj is not None:  # BaseOperator's: refuses .partial on a task
+            return partial
+
+        def checked_partial(**kwargs: Any) -> Any:
+            shared = {k: v for k, v in kwargs.items() if k in SHARED_ARGS}
+            check_commit_args(shared, f"{cls.__name__}.partial(task_id={kwargs.get('task_id')!r})")
+            return partial(**kwargs)
+
+        return checked_partial
+
+
+class CommitBaseOperator(BaseOperator):
+    """The base of a stage's operators: owns the parameters they share, and what they derive from them.
+
+    :param target: where the stage writes: a local path, a URL (``s3://bucket/prefix``) or an ObjectStoragePath
+        (templated)
+    :param conn_id: the Airflow connection of a remote target (templated)
+    :param algorithm: ``1``, ``2`` or ``"magic"`` (also ``"v1"``, ``"v2"``)
+    :param mode: ``"error"``, ``"append"``, ``"overwrite"`` or ``"dynamic"`` (which needs *partition_by*)
+    :param partition_by: partition column(s)
+    :param commit_threads: parallel moves at job commit (``None``: the store's default)
+    :param job_name: the stage's name in the job id; default: the task group's id, else ``"default"`` (templated)
+
+    Every one is validated at construction, and by ``.partial(...)`` for a mapped operator (whose constructor runs
+    only when its tasks run), so a bad value fails the DAG file's import with
+    :class:`~airflow_commit_provider.protocol.InvalidOutputSpec` naming the operator, the parameter and the value.
+    Subclasses take their own parameters and pass the rest on (``super().__init__(**kwargs)``), and extend
+    ``template_fields`` (``(*CommitBaseOperator.template_fields, ...)``).
+    """
+
+    template_fields: Sequence[str] = ("target", "conn_id", "job_name")
+    #: kept for subclasses written against earlier releases: the shared template fields
+    commit_template_fields: tuple[str, ...] = tuple(template_fields)
+    operator_extra_links = (CommitStatusLink(), CommitTargetLink())
+    partial = _CheckedPartial()  # type: ignore[assignment]
+
+    def __init__(self, *, target: Any, conn_id: str | None = None, algorithm: int | str = 1, mode: str = "error",
+                 partition_by: Collection[str] | str = (), commit_threads: int | None = None,
+                 job_name: str | None = None, **kwargs: Any) -> None:
+        args = check_commit_args({"target": target, "conn_id": conn_id, "algorithm": algorithm, "mode": mode,
+                                  "partition_by": partition_by, "commit_threads": commit_threads,
+                                  "job_name": job_name}, f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})")
+        super().__init__(**kwargs)
+        self.target = args["target"]
+        self.conn_id = args["conn_id"]
+        self.algorithm = args["algorithm"]
+        self.mode = args["mode"]
+        self.partition_by = args["partition_by"]
+        self.commit_threads = args["commit_threads"]
+        self.job_name = args["job_name"]
 
     def _job_name(self) -> str:
         if self.job_name:
@@ -97,37 +182,34 @@ class CommitOperatorMixin:
                                       "job_name": self._job_name()})
 
 
-class CommitSetupOperator(CommitOperatorMixin, BaseOperator):
+#: The name of :class:`CommitBaseOperator` in earlier releases (a mixin used with ``BaseOperator``).
+CommitOperatorMixin = CommitBaseOperator
+
+
+class CommitSetupOperator(CommitBaseOperator):
     """Job setup: allocates the next application attempt, writes the job record, makes sure the target exists.
 
-    Idempotent and never touches committed work. Returns the job context (job id, uuid, generation, application
-    attempt, state) as its XCom value.
+    Idempotent and never touches committed work. Returns the stage's :class:`~.setup_context.SetupContext` (job id,
+    uuid, generation, application attempt, state; target, algorithm, mode ...) as its XCom value.
     """
 
-    template_fields = CommitOperatorMixin.commit_template_fields
     ui_color = "#d6eaf8"
-
-    def __init__(self, *, target: Any, conn_id: str | None = None, algorithm: int | str = 1, mode: str = "error",
-                 partition_by: Collection[str] | str = (), commit_threads: int | None = None,
-                 job_name: str | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._init_commit(target=target, conn_id=conn_id, algorithm=algorithm, mode=mode, partition_by=partition_by,
-                          commit_threads=commit_threads, job_name=job_name)
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         committer = self.committer(context)
         job = committer.setup_job()
-        info = {**job.to_dict(), "commit_provider_setup": True, "job_name": self._job_name(),
-                "target": committer.store.url(), "conn_id": self.conn_id, "algorithm": committer.algorithm_name,
-                "algorithm_value": self.algorithm, "mode": committer.mode, "partition_by": self.partition_by,
-                "clear_number": getattr(context.get("dag_run"), "clear_number", None),
-                "setup_try": context["ti"].try_number}
+        setup = SetupContext.from_job(job, job_name=self._job_name(), target=committer.store.url(),
+                                      conn_id=self.conn_id, algorithm=committer.algorithm_name,
+                                      algorithm_value=self.algorithm, mode=committer.mode,
+                                      partition_by=self.partition_by,
+                                      clear_number=getattr(context.get("dag_run"), "clear_number", None),
+                                      setup_try=context["ti"].try_number)
         self.log.info("job %s: generation %s, application attempt %s (%s) at %s", job.job_id, job.generation,
-                      job.app_attempt, job.state, info["target"])
-        return info
+                      job.app_attempt, job.state, setup.target)
+        return setup.to_xcom()
 
 
-class CommitWriteOperator(CommitOperatorMixin, BaseOperator):
+class CommitWriteOperator(CommitBaseOperator):
     """One task of the stage; every Airflow try of it is one task attempt.
 
     Give either *python_callable*, returning (or yielding) pyarrow Tables / RecordBatches, or *writer_callable*,
@@ -140,18 +222,14 @@ class CommitWriteOperator(CommitOperatorMixin, BaseOperator):
     (task number = map index).
     """
 
-    template_fields = (*CommitOperatorMixin.commit_template_fields, "op_args", "op_kwargs")
+    template_fields = (*CommitBaseOperator.template_fields, "op_args", "op_kwargs")
     ui_color = "#d5f5e3"
 
-    def __init__(self, *, target: Any, python_callable: Callable[..., Any] | None = None,
+    def __init__(self, *, python_callable: Callable[..., Any] | None = None,
                  writer_callable: Callable[..., Any] | None = None, op_args: Sequence[Any] | None = None,
-                 op_kwargs: Mapping[str, Any] | None = None, conn_id: str | None = None, algorithm: int | str = 1,
-                 mode: str = "error", partition_by: Collection[str] | str = (), commit_threads: int | None = None,
-                 job_name: str | None = None, compression: str = "snappy", max_rows_per_file: int | None = None,
-                 **kwargs: Any) -> None:
+                 op_kwargs: Mapping[str, Any] | None = None, compression: str = "snappy",
+                 max_rows_per_file: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._init_commit(target=target, conn_id=conn_id, algorithm=algorithm, mode=mode, partition_by=partition_by,
-                          commit_threads=commit_threads, job_name=job_name)
         if (python_callable is None) == (writer_callable is None):
             raise InvalidOutputSpec("give exactly one of python_callable (returns pyarrow data) or writer_callable "
                                     "(receives a writer)")
@@ -220,23 +298,19 @@ def _save_state(context: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
         logging.getLogger(__name__).warning("could not save the commit outcome in the task state store: %s", exc)
 
 
-class CommitJobOperator(CommitOperatorMixin, BaseOperator):
+class CommitJobOperator(CommitBaseOperator):
     """Job commit: idempotent and resumable; returns the commit summary (files, rows, bytes, attempts, timings).
 
     The expected tasks are *expected_tasks* when given, otherwise the number of task instances of *write_task_id*
     in this DAG run (a mapped write expanded to zero tasks commits an empty output).
     """
 
-    template_fields = (*CommitOperatorMixin.commit_template_fields, "expected_tasks")
+    template_fields = (*CommitBaseOperator.template_fields, "expected_tasks")
     ui_color = "#fcf3cf"
 
-    def __init__(self, *, target: Any, write_task_id: str | None = None, expected_tasks: int | None = None,
-                 conn_id: str | None = None, algorithm: int | str = 1, mode: str = "error",
-                 partition_by: Collection[str] | str = (), commit_threads: int | None = None,
-                 job_name: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, write_task_id: str | None = None, expected_tasks: int | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._init_commit(target=target, conn_id=conn_id, algorithm=algorithm, mode=mode, partition_by=partition_by,
-                          commit_threads=commit_threads, job_name=job_name)
         if write_task_id is None and expected_tasks is None:
             raise InvalidOutputSpec("CommitJobOperator needs write_task_id or expected_tasks to know which tasks "
                                     "must have committed")
@@ -292,7 +366,7 @@ def summarize(manifest: Mapping[str, Any], max_files: int = 1000) -> dict[str, A
     return summary
 
 
-class CommitAbortOperator(CommitOperatorMixin, BaseOperator):
+class CommitAbortOperator(CommitBaseOperator):
     """The stage's teardown: cleans up after a failed run, never after a committed one.
 
     A teardown runs whatever happened (its trigger rule cannot be changed), so it looks at the storage: if the job
@@ -308,16 +382,10 @@ class CommitAbortOperator(CommitOperatorMixin, BaseOperator):
     a second of the teardown's ~3 s).
     """
 
-    template_fields = CommitOperatorMixin.commit_template_fields
     ui_color = "#fadbd8"
 
-    def __init__(self, *, target: Any, conn_id: str | None = None, algorithm: int | str = 1, mode: str = "error",
-                 partition_by: Collection[str] | str = (), commit_threads: int | None = None,
-                 job_name: str | None = None, purge: bool = False, commit_task_id: str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, purge: bool = False, commit_task_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._init_commit(target=target, conn_id=conn_id, algorithm=algorithm, mode=mode, partition_by=partition_by,
-                          commit_threads=commit_threads, job_name=job_name)
         self.purge = purge
         self.commit_task_id = commit_task_id
 

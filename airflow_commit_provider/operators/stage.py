@@ -7,7 +7,13 @@ from typing import Any
 
 from airflow.sdk import TaskGroup
 
-from .commit import CommitAbortOperator, CommitJobOperator, CommitSetupOperator, CommitWriteOperator
+from .commit import (
+    CommitAbortOperator,
+    CommitJobOperator,
+    CommitSetupOperator,
+    CommitWriteOperator,
+    check_commit_args,
+)
 from .ensure_target import EnsureTargetOperator
 
 
@@ -31,8 +37,10 @@ def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., A
                                  expand_op_kwargs=[{"day": d} for d in days], mode="dynamic",
                                  partition_by=["day"])
     """
-    common = {"target": target, "conn_id": conn_id, "algorithm": algorithm, "mode": mode,
-              "partition_by": partition_by, "commit_threads": commit_threads, "job_name": group_id}
+    # the shared parameters, validated once here (a bad one names commit_stage), given to every operator as they are
+    common = check_commit_args({"target": target, "conn_id": conn_id, "algorithm": algorithm, "mode": mode,
+                                "partition_by": partition_by, "commit_threads": commit_threads, "job_name": group_id},
+                               f"commit_stage({group_id!r})")
     with TaskGroup(group_id) as group:
         setup = CommitSetupOperator(task_id="setup", **common)
         if ensure_target:

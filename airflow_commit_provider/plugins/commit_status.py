@@ -14,7 +14,6 @@ Plugin routes are anonymous by default in Airflow 3; every route here, FastAPI's
 from __future__ import annotations
 
 import html
-import json
 import logging
 import time
 from typing import Any
@@ -26,10 +25,10 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 
 from ..links.commit_status import URL_PREFIX, CommitStatusLink, CommitTargetLink
+from ..operators.setup_context import SETUP_MARKER, SetupContext, setup_xcom  # noqa: F401 (SETUP_MARKER: kept)
 
 log = logging.getLogger(__name__)
 
-SETUP_MARKER = "commit_provider_setup"
 #: States in which the page keeps refreshing itself.
 LIVE_STATES = ("running", "committing", "absent")
 REFRESH_SECONDS = 3
@@ -56,7 +55,8 @@ def redoc() -> HTMLResponse:
 
 # ---------------------------------------------------------------------------------------------------- read model
 def _setup_contexts(dag_id: str, run_id: str) -> list[dict[str, Any]]:
-    """The job contexts the run's setup tasks published (one per write stage)."""
+    """The setup contexts the run's setup tasks published (one per write stage), as XCom dicts with the setup task's
+    id added (``setup_task_id``); :meth:`SetupContext.from_xcom` reads each."""
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
@@ -65,14 +65,9 @@ def _setup_contexts(dag_id: str, run_id: str) -> list[dict[str, Any]]:
         rows = session.query(XComModel).filter(XComModel.dag_id == dag_id, XComModel.run_id == run_id,
                                                XComModel.key == "return_value").all()
         for row in rows:
-            value = XComModel.deserialize_value(row)
-            if isinstance(value, str):
-                try:
-                    value = json.loads(value)
-                except ValueError:
-                    continue
-            if isinstance(value, dict) and value.get(SETUP_MARKER):
-                out.append({**value, "setup_task_id": row.task_id})
+            setup = setup_xcom(XComModel.deserialize_value(row))
+            if setup is not None:
+                out.append({**setup, "setup_task_id": row.task_id})
     return sorted(out, key=lambda v: v["setup_task_id"])
 
 
@@ -107,27 +102,37 @@ def _stage_tis(setup_task_id: str, tis: list[dict[str, Any]]) -> dict[str, Any]:
     return by_role
 
 
-def job_states(dag_id: str, run_id: str) -> list[dict[str, Any]]:
-    """Each write stage's job state, read from its storage, with what Airflow says of its task instances and the
-    next steps (``next_steps``) a user can take."""
+def _stage_state(value: dict[str, Any]) -> tuple[SetupContext | None, dict[str, Any]]:
+    """A stage's setup context (``None`` if this version cannot read it) and its job state, read from its storage;
+    state ``unreadable``, with the error, instead of failing the page."""
     from ..hooks.storage import CommitStorageHook
     from ..protocol import make_committer
 
+    ctx = None
+    try:
+        ctx = SetupContext.from_xcom(value)
+        store = CommitStorageHook(ctx.conn_id).get_store(ctx.target)
+        committer = make_committer(store, ctx.job_id, algorithm=ctx.algorithm_value, mode=ctx.mode,
+                                   partition_by=ctx.partition_by)
+        return ctx, committer.status()
+    except Exception as exc:
+        return ctx, {"state": "unreadable", "error": f"{type(exc).__name__}: {exc}",
+                     "output": ctx.target if ctx else value.get("target")}
+
+
+def job_states(dag_id: str, run_id: str) -> list[dict[str, Any]]:
+    """Each write stage's job state, read from its storage, with what Airflow says of its task instances and the
+    next steps (``next_steps``) a user can take."""
     jobs = []
     tis = None
-    for ctx in _setup_contexts(dag_id, run_id):
-        try:
-            store = CommitStorageHook(ctx.get("conn_id")).get_store(ctx["target"])
-            committer = make_committer(store, ctx["job_id"], algorithm=ctx["algorithm_value"], mode=ctx["mode"],
-                                       partition_by=ctx.get("partition_by", []))
-            state = committer.status()
-        except Exception as exc:  # show what is wrong instead of failing the page
-            state = {"state": "unreadable", "error": f"{type(exc).__name__}: {exc}", "output": ctx.get("target")}
+    for value in _setup_contexts(dag_id, run_id):
+        setup_task_id = value["setup_task_id"]
+        ctx, state = _stage_state(value)
         if tis is None:
             tis = _task_instances(dag_id, run_id)
-        job = {"stage": ctx.get("job_name") or ctx["setup_task_id"], "setup_task_id": ctx["setup_task_id"],
-               "job_id": ctx["job_id"], **state}
-        job["airflow"] = _stage_tis(ctx["setup_task_id"], tis)
+        job = {"stage": (ctx.job_name if ctx else None) or setup_task_id, "setup_task_id": setup_task_id,
+               "job_id": ctx.job_id if ctx else value.get("job_id"), **state}
+        job["airflow"] = _stage_tis(setup_task_id, tis)
         job["task_states"] = task_states(job)
         job["next_steps"] = next_steps(job)
         jobs.append(job)
