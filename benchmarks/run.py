@@ -121,26 +121,33 @@ def bench_local(sizes: list[int], runs: int, partitions: int = 0) -> list[dict[s
     return out
 
 
-def bench_spark(sizes: list[int], runs: int, partitions: int = 0) -> list[dict[str, Any]]:
-    """Hadoop's FileOutputCommitter v1/v2 through Spark 4 local[2]: Spark's own job-commit figure per run."""
+def spark_peer(n: int, algorithm: int, runs: int, files_per_task: int = FILES_PER_TASK,
+               partitions: int = 0) -> list[tuple[float, float]]:
+    """Run :mod:`benchmarks.spark_peer` in a subprocess: (Spark's job commit ms, whole write s) per run."""
     from benchmarks.spark_peer import parse
 
     here = Path(__file__).resolve().parent
     env = {**os.environ, "PYSPARK_SUBMIT_ARGS": f"--driver-java-options -Dlog4j2.configurationFile=file:"
            f"{here / 'log4j2-peer.properties'} --conf spark.ui.showConsoleProgress=false pyspark-shell"}
+    base = tempfile.mkdtemp(prefix="bench-spark-")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.spark_peer", str(n), str(algorithm), str(runs),
+                               os.path.join(base, "out"), str(files_per_task), str(partitions)],
+                              env=env, capture_output=True, text=True, cwd=here.parent)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    results = parse(proc.stdout, proc.stderr)
+    if not results:
+        raise RuntimeError(f"Spark peer produced no timing (rc={proc.returncode}): {proc.stderr[-500:]}")
+    return results
+
+
+def bench_spark(sizes: list[int], runs: int, partitions: int = 0) -> list[dict[str, Any]]:
+    """Hadoop's FileOutputCommitter v1/v2 through Spark 4 local[2]: Spark's own job-commit figure per run."""
     out = []
     for n in sizes:
         for alg in (1, 2):
-            base = tempfile.mkdtemp(prefix="bench-spark-")
-            try:
-                proc = subprocess.run([sys.executable, "-m", "benchmarks.spark_peer", str(n), str(alg), str(runs),
-                                       os.path.join(base, "out"), str(FILES_PER_TASK), str(partitions)],
-                                      env=env, capture_output=True, text=True, cwd=here.parent)
-            finally:
-                shutil.rmtree(base, ignore_errors=True)
-            results = parse(proc.stdout, proc.stderr)
-            if not results:
-                raise RuntimeError(f"Spark peer produced no timing (rc={proc.returncode}): {proc.stderr[-500:]}")
+            results = spark_peer(n, alg, runs, FILES_PER_TASK, partitions)
             s = stats([ms / 1000 for ms, _ in results])
             out.append({"bench": f"local job commit, {partitions} new partitions" if partitions else
                         "local job commit", "n": n, "committer": f"Hadoop v{alg} (Spark 4.3)", **s,
