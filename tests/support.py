@@ -54,6 +54,16 @@ def start_moto(env: dict[str, str] | None = None, log: Path | None = None) -> tu
     return proc, url
 
 
+def forget_s3_clients() -> None:
+    """Drop the S3 file systems fsspec caches per process. A store resolved from an ``s3://`` URL without options
+    reuses the cached ``S3FileSystem``, whose client keeps the endpoint it was created with: after one moto server
+    stops and another starts (a module-scoped server, then the S3 suite's), it would talk to the dead one's port
+    and every request would be refused (71 S3 tests failed so in CI)."""
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
 def _listens(pid: int, port: int) -> bool:
     """Whether process *pid* holds the listening TCP socket on 127.0.0.1:*port* (Linux /proc)."""
     inodes = set()

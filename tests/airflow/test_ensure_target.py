@@ -21,7 +21,7 @@ import pytest
 from airflow_commit_provider.protocol import InvalidOutputSpec
 
 from ..conftest import DAGS_FOLDER, TEST_ROOT, TEST_WORK
-from ..support import start_moto
+from ..support import forget_s3_clients, start_moto
 
 pytestmark = pytest.mark.airflow
 
@@ -51,7 +51,9 @@ def s3_bucket():
         for key, value in env.items():
             mp.setenv(key, value)
         boto3.client("s3", endpoint_url=url).create_bucket(Bucket="lake")
+        forget_s3_clients()
         yield "lake"
+    forget_s3_clients()
     proc.terminate()
     proc.wait(timeout=10)
 

@@ -25,6 +25,7 @@ from airflow_commit_provider.protocol import read_success_marker
 
 from ..conftest import SESSION_DIR
 from ..protocol import scenario as sc
+from ..support import forget_s3_clients
 
 pytestmark = [pytest.mark.celery, pytest.mark.timeout(900)]
 
@@ -80,6 +81,7 @@ class sc_env:
     def __enter__(self):
         self.saved = {k: os.environ.get(k) for k in self.env}
         os.environ.update(self.env)
+        forget_s3_clients()
 
     def __exit__(self, *exc):
         for k, v in self.saved.items():
@@ -87,6 +89,7 @@ class sc_env:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        forget_s3_clients()   # fsspec's cached client would outlive this deployment's moto server
 
 
 def test_mapped_writes_land_on_both_workers_magic_status_view_and_rest(celery_deployment):

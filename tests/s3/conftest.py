@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from ..conftest import TEST_WORK
-from ..support import start_moto
+from ..support import forget_s3_clients, start_moto
 
 _SERVER: dict[str, object] = {}
 MOTO_LOG = TEST_WORK / "moto-s3-suite.log"
@@ -31,7 +31,9 @@ def moto_server():
                "extra": {"endpoint_url": url, "region_name": "us-east-1"}})})
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    forget_s3_clients()
     yield url
+    forget_s3_clients()
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)
