@@ -24,6 +24,7 @@ def abort_job(c: FileOutputCommitter, *, keep_committed: bool = False) -> dict[s
     job = c.job_record()
     if job is None:
         state = "committed" if c.commit_log() is not None else "absent"
+        c.remove_trash()   # a committed job's cleanup, deferred to the teardown
         return {"job_id": c.job_id, "state": state, "aborted": False}
     if c._plan(job) is not None:
         return {"job_id": c.job_id, "state": "committing", "aborted": False}

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -42,7 +42,7 @@ from .errors import (
     JobNotSetUp,
 )
 from .faults import inject
-from .layout import JobLayout, check_job_id
+from .layout import TEMPORARY, TRASH, JobLayout, check_job_id
 from .paths import check_partition_key, check_relative
 from .abort import abort_job
 from .jobcommit import StageClock, run_job_commit
@@ -267,6 +267,7 @@ class FileOutputCommitter(OutputCommitter):
         commit is under way changes nothing, so that the commit can be resumed.
         """
         self._check_target()
+        self.remove_trash()
         inject("setup_job.before_record")
         job = self.job_record()
         if job is None:
@@ -498,11 +499,13 @@ class FileOutputCommitter(OutputCommitter):
         app = self.current_app_attempt(job)
         return self._recover(job, app, task)
 
-    def _recover(self, job: Mapping[str, Any], app: int, task: int) -> dict[str, Any] | None:
+    def _recover(self, job: Mapping[str, Any], app: int, task: int,
+                 apps: Sequence[int] | None = None) -> dict[str, Any] | None:
+        """*apps*: the generation's application attempts, newest first, when the caller listed them already."""
         rec = self._task_record(app, task, job["job_uuid"])
         if rec is not None:
             return rec
-        for old_app in self._app_attempts(job):
+        for old_app in self._app_attempts(job) if apps is None else apps:
             if old_app >= app:
                 continue
             old = self._task_record(old_app, task, job["job_uuid"])
@@ -529,12 +532,17 @@ class FileOutputCommitter(OutputCommitter):
             tasks.update(trace.task for trace in self.ledger.traces(app))
         return tasks
 
-    def commit_job(self, expected_tasks: int | Iterable[int] | None = None) -> dict[str, Any]:
+    def commit_job(self, expected_tasks: int | Iterable[int] | None = None, *,
+                   defer_cleanup: bool = False) -> dict[str, Any]:
         """Commit the job: the output then holds exactly one committed attempt of every expected task.
 
         *expected_tasks* is a task count (``range(n)``) or the task numbers; ``None`` means every task that set up an
         attempt. A crash at any point is finished by calling this again; the result is the same as an uninterrupted
         run. Returns the ``_SUCCESS`` manifest.
+
+        With *defer_cleanup*, the job's records (renamed in one step into ``_temporary/_trash`` on a local disk)
+        are left for :meth:`remove_trash`: the commit returns without deleting three records per task. Object
+        stores have no such rename; there the records are always deleted here, in batches.
         """
         clock = StageClock(self.store)  # first: on S3 it times the client's start-up apart from every stage
         job = self.job_record()
@@ -542,6 +550,8 @@ class FileOutputCommitter(OutputCommitter):
             log = self.commit_log()
             if log is None:
                 raise JobNotSetUp(f"job {self.job_id} was never set up at {self.store.url()}")
+            if not defer_cleanup:
+                self.remove_trash()   # a cleanup deferred, or killed midway, by an earlier call
             return self._committed_manifest(log)
         self._check_config(job)
         if expected_tasks is None:
@@ -550,7 +560,19 @@ class FileOutputCommitter(OutputCommitter):
             tasks = list(range(_check_number(expected_tasks, "expected_tasks")))
         else:
             tasks = sorted({_check_number(t, "task") for t in expected_tasks})
-        return run_job_commit(self, job, tasks, clock)
+        return run_job_commit(self, job, tasks, clock, defer_cleanup)
+
+    def remove_trash(self) -> int:
+        """Delete this job's committed directories that a cleanup renamed into ``_temporary/_trash`` (see
+        :class:`~.jobcommit.Cleanup`); returns how many. Nothing there is read by anyone: deleting it at any time,
+        from any process, in parallel with another such call, is safe."""
+        names = [name for name in self.store.list_dir(TRASH) if self.layout.is_own_trash(name)]
+        for name in names:
+            self.store.delete_tree(f"{TRASH}/{name}")
+        if names:
+            self.store.remove_dir_if_empty(TRASH)
+            self.store.remove_dir_if_empty(TEMPORARY)
+        return len(names)
 
     def _committed_manifest(self, log: Mapping[str, Any]) -> dict[str, Any]:
         """Job already committed and cleaned up: its manifest, from the commit log.

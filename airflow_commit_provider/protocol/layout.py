@@ -11,6 +11,7 @@
     <out>/_temporary/<job>/<app>/_attempts/attempt_<task>_<try>.started  the attempt was set up
     <out>/_temporary/<job>/<app>/_aborted.json                        the failed run's teardown ran
     <out>/_temporary/<job>/_commit_plan_<uuid>.json                   job commit plan
+    <out>/_temporary/_trash/<job>.<uuid>/                             a committed job's records, renamed away
     <out>/_commits/<job>.json                                         job commit log
     <out>/_SUCCESS                                                    manifest, written last
 
@@ -32,6 +33,9 @@ from dataclasses import dataclass
 from .errors import InvalidOutputSpec
 
 TEMPORARY = "_temporary"
+#: where a committed job's directory goes in one rename, to be deleted off the commit's critical path; not a job
+#: id (those start with a letter or digit), so no job's directory can ever be there
+TRASH = f"{TEMPORARY}/_trash"
 COMMITS = "_commits"
 SUCCESS = "_SUCCESS"
 
@@ -80,6 +84,15 @@ class JobLayout:
     def plan(self, job_uuid: str) -> str:
         """Scoped by generation, so a plan a crash left behind never steers a later generation's commit."""
         return f"{self.job_dir}/_commit_plan_{job_uuid}.json"
+
+    def trash_entry(self, unique: str) -> str:
+        """Where :attr:`job_dir` goes at cleanup: a new name each time, so a deletion of an earlier entry that is
+        still under way never meets a later one."""
+        return f"{TRASH}/{self.job_id}.{unique}"
+
+    def is_own_trash(self, name: str) -> bool:
+        """Whether *name* (a child of :data:`TRASH`) is one of this job's entries."""
+        return name.startswith(f"{self.job_id}.")
 
     @property
     def commit_log(self) -> str:

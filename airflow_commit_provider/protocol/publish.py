@@ -27,6 +27,7 @@ from .errors import CorruptRecord, InvalidOutputSpec
 from .faults import inject
 from .layout import JobLayout
 from .markers import marker_dirs_above, withdraw_markers
+from .parallel import parallel
 from .paths import is_hidden, partition_of
 from .stores import Store
 
@@ -42,6 +43,8 @@ class Publisher:
     visibility = "job-commit"
     #: whether the failed run's teardown can keep committed tasks hidden for recovery
     keeps_committed = True
+    #: whether a task commit's effect continues after its record (:meth:`complete_task_commit` does something)
+    moves_after_record = False
 
     def __init__(self, store: Store, layout: JobLayout, job_id: str, threads: int) -> None:
         self.store = store
@@ -92,6 +95,23 @@ class Publisher:
 
     def complete_task_commit(self, rec: Mapping[str, Any]) -> None:
         """Finish the effect of a task commit record (idempotent; safe for several processes at once)."""
+
+    def complete_task_commits(self, recs: Sequence[Mapping[str, Any]]) -> None:
+        """:meth:`complete_task_commit` for every record whose attempt directory is still there, found with one
+        listing per directory of attempts instead of one per record (on S3 a LIST request each). A task commit
+        removes its attempt directory last, after its record and its moves: a directory missing from a listing
+        made after the record was read is one whose commit finished."""
+        if not self.moves_after_record:
+            return
+        by_parent: dict[str, list[Mapping[str, Any]]] = {}
+        for rec in recs:
+            if rec.get("recovered_from_app") is None and rec.get("work_dir"):
+                by_parent.setdefault(partition_of(rec["work_dir"]), []).append(rec)
+        pending = []
+        for parent, group in by_parent.items():
+            names = set(self.store.list_dir(parent))
+            pending += [rec for rec in group if rec["work_dir"].rsplit("/", 1)[-1] in names]
+        parallel(self.complete_task_commit, pending, self.threads)
 
     # ------------------------------------------------------------------ job side
     def publish(self, recs: Sequence[Mapping[str, Any]]) -> int:
@@ -158,6 +178,8 @@ class RenamePublisher(Publisher):
     """v1 on a local disk: task commit moves the winner's files into the application attempt's ``_committed``
     directory with moves that refuse to replace; job commit renames whole directories where it can."""
 
+    moves_after_record = True
+
     def data_dir(self, app: int, work_dir: str) -> str:
         return self.layout.committed_dir(app)
 
@@ -216,6 +238,7 @@ class TaskCommitPublisher(Publisher):
     label = "v2"
     visibility = "task-commit"
     keeps_committed = False
+    moves_after_record = True
 
     def data_dir(self, app: int, work_dir: str) -> str:
         return ""

@@ -87,6 +87,24 @@ def test_write_retry_is_a_new_task_attempt(dags):
     assert {t["task"]: t["attempt"] for t in manifest["tasks"]}[2] == 2
 
 
+def test_commit_task_leaves_the_record_deletion_to_the_teardown(dags):
+    """The commit task returns after renaming the job's records into the trash (it does not delete them); the
+    stage's teardown, which runs next, deletes them."""
+    dr = run(dags.ct_append_v1)
+    assert dr.state == "success", states(dr)
+    check_output("ct_append_v1")   # _temporary is gone after the run
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        values = {x.task_id: x.value for x in session.query(XComModel).filter_by(
+            dag_id="ct_append_v1", run_id=dr.run_id, key="return_value")}
+    load = (lambda v: v if isinstance(v, dict) else __import__("json").loads(v))
+    commit = load(values["stage.commit"])
+    assert commit["diagnostics"]["cleanup_deferred"] is True
+    assert load(values["stage.abort"])["trash_removed"] == 1
+
+
 def test_commit_task_retry_resumes_the_job_commit(dags):
     faults.arm("commit_job.mid_move", "raise", nth=3)  # the commit's first try dies after 3 of 8 moves
     dr = run(dags.ct_append_v1)

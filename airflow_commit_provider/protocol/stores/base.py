@@ -21,6 +21,9 @@ class Store(ABC):
     default_commit_threads: int = 8
     #: ``True`` for stores on which moving a file copies its bytes (object stores).
     move_copies_bytes: bool = False
+    #: ``True`` when :meth:`move_dir_if_absent` renames a directory in one step: a committed job's records then go
+    #: to ``_temporary/_trash`` at once and are deleted later (see ``FileOutputCommitter.remove_trash``)
+    renames_directories: bool = False
     protocol: str = ""
 
     @abstractmethod

@@ -17,6 +17,7 @@ class LocalStore(Store):
     """The local disk through :mod:`os`: ``os.link`` for exclusive creation and moves that refuse to replace."""
 
     link_moves = True
+    renames_directories = True
     default_commit_threads = 1
     protocol = "file"
 
