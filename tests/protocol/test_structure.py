@@ -82,7 +82,7 @@ def test_the_readme_layout_is_the_code_layout(tmp_path):
     named = {
         jl.job_record, jl.plan("<job uuid>"), jl.commit_log, jl.app_marker(0), jl.attempt_dir(0, 1, 2),
         jl.committed_dir(0), jl.task_record(0, 1), jl.attempt_claim(0, 1, 2), jl.attempt_claim(0, 1, 2) + ".started",
-        jl.abort_record(0), layout.SUCCESS, f"<partition>/{layout.SUCCESS}",
+        jl.abort_record(0), layout.SUCCESS, f"<partition>/{layout.SUCCESS}", jl.trash_entry("<uuid>") + "/",
     }
     normalise = {"0": "<app>", "00001": "<task>", "1": "<task>", "2": "<try>"}
 
@@ -91,7 +91,7 @@ def test_the_readme_layout_is_the_code_layout(tmp_path):
         path = re.sub(r"task_00001", "task_<task>", path)
         return "/".join(normalise.get(p, p) for p in path.split("/"))
 
-    expected = {"<out>/" + generic(p).rstrip("/") + ("/..." if p in (jl.attempt_dir(0, 1, 2), jl.committed_dir(0))
-                                                      else "") for p in named}
+    expected = {"<out>/" + generic(p) + ("/..." if p in (jl.attempt_dir(0, 1, 2), jl.committed_dir(0))
+                                         else "") for p in named}
     assert documented == expected, (f"README lists {sorted(documented - expected)} that JobLayout does not name; "
                                     f"JobLayout names {sorted(expected - documented)} that the README does not list")
