@@ -6,6 +6,11 @@ several task sizes (seconds of work per task, then a small Parquet file to S3 th
   ``part-<task>.parquet`` straight into ``s3://<bucket>/plain/<dag_id>/<run_id>/``;
 - ``wc_stage_<s>``: ``commit_stage`` (setup, mapped write, commit, abort teardown) doing the same work into
   ``s3://<bucket>/stage/<dag_id>/<run_id>/``;
+- ``wc_noop_<s>``: the control, the floor of any wrapping that keeps four task instances: ``wc_plain_<s>``'s mapped
+  write (the same callable, into ``s3://<bucket>/plain/<dag_id>/<run_id>/``) with three no-op ``PythonOperator``
+  tasks where the stage has its own, in a task group of the same name: ``stage.setup`` before it,
+  ``stage.commit`` after it (``none_failed``, as the stage's) and ``stage.abort`` after that, a teardown of
+  ``stage.setup`` (``as_teardown``), so the run waits for it as it waits for the stage's abort;
 - ``scale_<alg>``: ``COMMIT_BENCH_SCALE_TASKS`` (1,000) mapped write tasks of 10 rows each.
 """
 
@@ -19,7 +24,7 @@ from datetime import datetime
 import pyarrow as pa
 import pyarrow.parquet as pq
 from airflow.providers.standard.operators.python import PythonOperator
-from airflow.sdk import DAG, ObjectStoragePath
+from airflow.sdk import DAG, ObjectStoragePath, TaskGroup
 
 from airflow_commit_provider.operators.stage import commit_stage
 
@@ -47,6 +52,10 @@ def stage_write(task: int, seconds: float) -> pa.Table:
     return table(task)
 
 
+def noop() -> None:
+    """The control's setup, commit and abort: nothing, so what they cost is Airflow's alone."""
+
+
 def scale_write(task: int) -> pa.Table:
     return table(task, rows=10)
 
@@ -64,6 +73,13 @@ for _s in SIZES:
     with _dag(f"wc_stage_{_s}") as _d:
         commit_stage("stage", target=f"s3://{BUCKET}/stage/{_d.dag_id}/{{{{ run_id }}}}", conn_id="commit_s3",
                      python_callable=stage_write, expand_op_kwargs=_kwargs, algorithm=1)
+    globals()[_d.dag_id] = _d
+    with _dag(f"wc_noop_{_s}") as _d, TaskGroup("stage"):
+        _setup = PythonOperator(task_id="setup", python_callable=noop)
+        _write = PythonOperator.partial(task_id="write", python_callable=plain_write).expand(op_kwargs=_kwargs)
+        _commit = PythonOperator(task_id="commit", python_callable=noop, trigger_rule="none_failed")
+        _abort = PythonOperator(task_id="abort", python_callable=noop)
+        _setup >> _write >> _commit >> _abort.as_teardown(setups=_setup)
     globals()[_d.dag_id] = _d
 
 for _alg in (1, "magic"):
