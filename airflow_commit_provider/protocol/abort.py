@@ -38,23 +38,23 @@ def abort_job(c: FileOutputCommitter, *, keep_committed: bool = False) -> dict[s
         for rec in c.status_reader.app_records(app, job["job_uuid"]):
             if superseded(c, job, apps):
                 return stood_down(c)
-            if rec.get("recovered_from_app") is not None:
+            if rec.adopted:
                 if not c.publisher.keeps_committed:  # adopts a v2 commit that goes below: it must go too
-                    c.store.delete_file(c.layout.task_record(app, rec["task"]))
+                    c.store.delete_file(c.layout.task_record(app, rec.task))
                 continue  # points at an earlier application attempt's record, handled there
             if not c.publisher.keeps_committed:
                 # v2: the attempt is recorded failed and its record removed first (nobody recovers it from now
                 # on), then its visible files; a crash in between leaves strays that the next commit or abort
                 # of the generation sweeps
-                c.ledger.overrule(rec["app_attempt"], rec["task"], rec["attempt"])
-                c.store.delete_file(c.layout.task_record(rec["app_attempt"], rec["task"]))
+                c.ledger.overrule(rec.app_attempt, rec.task, rec.attempt)
+                c.store.delete_file(c.layout.task_record(rec.app_attempt, rec.task))
                 removed_visible += c.publisher.withdraw_commit(rec)
                 continue
-            committed.add((rec["task"], rec["attempt"]))
+            committed.add((rec.task, rec.attempt))
             if keep_committed:
                 c.publisher.complete_task_commit(rec)  # its data must leave the attempt directory before that goes
-                kept.append(rec["task"])
-                kept_uploads.update(f["upload_id"] for f in rec["files"] if "upload_id" in f)
+                kept.append(rec.task)
+                kept_uploads.update(f.upload_id for f in rec.files if f.upload_id is not None)
         if keep_committed:
             for task, attempt in sorted(attempts_with_trace(c, app) - committed):
                 if superseded(c, job, apps):

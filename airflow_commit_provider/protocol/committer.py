@@ -50,6 +50,7 @@ from .magic import MultipartPublisher
 from .publish import MovePublisher, Publisher, RenamePublisher, TaskCommitPublisher
 from .status import JobStatus
 from .stores import Store, store_for
+from .taskrecord import TaskCommitRecord
 
 MODES = ("error", "append", "overwrite", "dynamic")
 _ALGORITHMS: dict[str, int | str] = {"1": 1, "v1": 1, "2": 2, "v2": 2, "magic": "magic"}
@@ -242,11 +243,11 @@ class FileOutputCommitter(OutputCommitter):
     def _plan(self, job: Mapping[str, Any]) -> dict[str, Any] | None:
         return records.read(self.store, self.layout.plan(job["job_uuid"]), "commit-plan")
 
-    def _task_record(self, app: int, task: int, job_uuid: str) -> dict[str, Any] | None:
+    def _task_record(self, app: int, task: int, job_uuid: str) -> TaskCommitRecord | None:
         """The task's commit record in application attempt *app*, if it belongs to generation *job_uuid*: a zombie
         of a purged generation may have written one into a directory a later generation reuses."""
-        rec = records.read(self.store, self.layout.task_record(app, task), "task-commit")
-        return rec if rec is not None and rec["job_uuid"] == job_uuid else None
+        rec = TaskCommitRecord.read(self.store, self.layout.task_record(app, task))
+        return rec if rec is not None and rec.job_uuid == job_uuid else None
 
     def _visible_files(self) -> set[str]:
         """Data files readers would see (names starting with ``_`` or ``.`` excluded)."""
@@ -360,7 +361,7 @@ class FileOutputCommitter(OutputCommitter):
         """Every attempt needs a commit record, even with no files (job commit counts tasks, I3); ``False``
         only when this very attempt is already recorded as the task's committer."""
         rec = self._task_record(ta.app_attempt, ta.task, ta.job_uuid)
-        return not (rec is not None and rec["attempt"] == ta.attempt)
+        return not (rec is not None and rec.attempt == ta.attempt)
 
     def commit_task(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None = None, *,
                     sizes: Mapping[str, int] | None = None) -> dict[str, Any]:
@@ -382,11 +383,12 @@ class FileOutputCommitter(OutputCommitter):
         plan = self._plan(job)
         if plan is not None:
             rec = self._task_record(plan["app_attempt"], ta.task, ta.job_uuid) if ta.task in plan["tasks"] else None
-            if rec is not None and rec["attempt"] == ta.attempt and rec["app_attempt"] == ta.app_attempt:
-                return rec
+            if rec is not None and rec.attempt == ta.attempt and rec.app_attempt == ta.app_attempt:
+                return rec.to_doc()
             self._discard_attempt(ta)
             raise CommitDenied(f"job {self.job_id} is already committing; task {ta.task} is committed by "
-                               f"{rec and rec['attempt']}", task=ta.task, attempt=ta.attempt, winner=rec)
+                               f"{rec and rec.attempt}", task=ta.task, attempt=ta.attempt,
+                               winner=rec and rec.to_doc())
         current = self.current_app_attempt(job)
         if ta.app_attempt != current:
             # A zombie of an older application attempt. Its commit could only land in that attempt's directory
@@ -406,23 +408,24 @@ class FileOutputCommitter(OutputCommitter):
         rec_path = self.layout.task_record(ta.app_attempt, ta.task)
         existing = self._task_record(ta.app_attempt, ta.task, ta.job_uuid)
         if existing is None:
-            body = self._new_task_record(ta, rows, sizes)
-            if self.store.create_exclusive(rec_path, records.dumps("task-commit", body)):
-                existing = records.loads("task-commit", records.dumps("task-commit", body), rec_path)
+            data = self._new_task_record(ta, rows, sizes).to_json()
+            mine = TaskCommitRecord.from_json(data, rec_path)  # as any reader will see it, checked before it exists
+            if self.store.create_exclusive(rec_path, data):
+                existing = mine
                 inject("commit_task.after_record")
             else:
                 existing = self._task_record(ta.app_attempt, ta.task, ta.job_uuid)
         if existing is None:
             raise CorruptRecord(f"task record {self.store.url(rec_path)} belongs to another job generation")
         self.publisher.complete_task_commit(existing)
-        if existing["attempt"] != ta.attempt or existing.get("recovered_from_app") is not None:
+        if existing.attempt != ta.attempt or existing.adopted:
             self._discard_attempt(ta)
             raise CommitDenied(
-                f"task {ta.task} of job {self.job_id} was already committed by attempt {existing['attempt']} "
-                f"(application attempt {existing['app_attempt']}); attempt {ta.attempt}'s files were removed",
-                task=ta.task, attempt=ta.attempt, winner=existing)
+                f"task {ta.task} of job {self.job_id} was already committed by attempt {existing.attempt} "
+                f"(application attempt {existing.app_attempt}); attempt {ta.attempt}'s files were removed",
+                task=ta.task, attempt=ta.attempt, winner=existing.to_doc())
         inject("commit_task.after_move")
-        return existing
+        return existing.to_doc()
 
     def open_task_file(self, ta: TaskAttemptContext, rel: str) -> Any:
         """A writable binary file for *rel* (relative to the output root) in task attempt *ta* (the magic committer
@@ -435,7 +438,7 @@ class FileOutputCommitter(OutputCommitter):
         committed data that a later application attempt's recovery points at, and a stale winner asking again
         (a zombie of that attempt) must not delete it."""
         rec = self._task_record(ta.app_attempt, ta.task, ta.job_uuid)
-        if rec is not None and rec["attempt"] == ta.attempt and rec.get("recovered_from_app") is None:
+        if rec is not None and rec.attempt == ta.attempt and not rec.adopted:
             return
         self._discard_dir(ta.work_dir)
 
@@ -443,9 +446,9 @@ class FileOutputCommitter(OutputCommitter):
         self.publisher.discard(work_dir)
 
     def _new_task_record(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None,
-                         sizes: Mapping[str, int] | None) -> dict[str, Any]:
+                         sizes: Mapping[str, int] | None) -> TaskCommitRecord:
         files = self.publisher.attempt_files(ta.work_dir, ta.task, dict(rows or {}))
-        held = {f["path"]: f["size"] for f in files}
+        held = {f.path: f.size for f in files}
         reported = {**{rel: None for rel in rows or {}}, **dict(sizes or {})}
         wrong = sorted(rel for rel, size in reported.items()
                        if rel not in held or (size is not None and held[rel] != size))
@@ -458,7 +461,7 @@ class FileOutputCommitter(OutputCommitter):
                                f"hold {len(wrong)} of them as written: {shown}. Something removed or changed them "
                                "(a teardown, a cleanup, a newer try); the attempt is recorded failed and cannot "
                                "commit", task=ta.task, attempt=ta.attempt, attempt_failed=True)
-        clobbered = self.publisher.clobbered([f["path"] for f in files])
+        clobbered = self.publisher.clobbered([f.path for f in files])
         # files of another attempt of this task that won meanwhile (a zombie's race) are not a clobber: the record
         # creation below then fails and this attempt is denied with the winner
         if clobbered and self._task_record(ta.app_attempt, ta.task, ta.job_uuid) is None:
@@ -469,9 +472,9 @@ class FileOutputCommitter(OutputCommitter):
                                     "tasks and jobs (keep the default names, which carry the job uuid). The "
                                     "attempt is recorded failed; nothing visible changed")
         data_dir = self.publisher.data_dir(ta.app_attempt, ta.work_dir)
-        return {"job_id": self.job_id, "job_uuid": ta.job_uuid, "task": ta.task, "attempt": ta.attempt,
-                "app_attempt": ta.app_attempt, "work_dir": ta.work_dir, "data_dir": data_dir,
-                "recovered_from_app": None, "committed": records.now_iso(), "files": files}
+        return TaskCommitRecord(job_id=self.job_id, job_uuid=ta.job_uuid, task=ta.task, attempt=ta.attempt,
+                                app_attempt=ta.app_attempt, work_dir=ta.work_dir, data_dir=data_dir,
+                                recovered_from_app=None, committed=records.now_iso(), files=tuple(files))
 
     def abort_task(self, ta: TaskAttemptContext) -> bool:
         """Mark the attempt failed, so it can never commit, and delete its files.
@@ -497,10 +500,11 @@ class FileOutputCommitter(OutputCommitter):
         _check_number(task, "task")
         job = self._require_job()
         app = self.current_app_attempt(job)
-        return self._recover(job, app, task)
+        rec = self._recover(job, app, task)
+        return None if rec is None else rec.to_doc()
 
     def _recover(self, job: Mapping[str, Any], app: int, task: int,
-                 apps: Sequence[int] | None = None) -> dict[str, Any] | None:
+                 apps: Sequence[int] | None = None) -> TaskCommitRecord | None:
         """*apps*: the generation's application attempts, newest first, when the caller listed them already."""
         rec = self._task_record(app, task, job["job_uuid"])
         if rec is not None:
@@ -513,11 +517,7 @@ class FileOutputCommitter(OutputCommitter):
                 continue
             self.publisher.complete_task_commit(old)
             inject("recover_task.before_record")
-            adopted = {**old, "app_attempt": app,
-                       "recovered_from_app": old["recovered_from_app"] if old["recovered_from_app"] is not None
-                       else old_app, "original_app_attempt": old.get("original_app_attempt", old_app),
-                       "recovered": records.now_iso()}
-            self.store.create_exclusive(self.layout.task_record(app, task), records.dumps("task-commit", adopted))
+            self.store.create_exclusive(self.layout.task_record(app, task), old.adopted_by(app).to_json())
             inject("recover_task.after_record")
             return self._task_record(app, task, job["job_uuid"])
         return None

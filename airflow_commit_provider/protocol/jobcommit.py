@@ -31,6 +31,7 @@ from .parallel import parallel
 from .paths import partition_of
 from .publish import delete_and_prune
 from .stores import Store
+from .taskrecord import TaskCommitRecord
 
 if TYPE_CHECKING:
     from .committer import FileOutputCommitter
@@ -90,7 +91,7 @@ class Plan:
     """The commit plan (its JSON is the plan record) and the task records it fixed, in task order."""
 
     doc: Mapping[str, Any]
-    recs: list[dict[str, Any]] = field(default_factory=list)
+    recs: list[TaskCommitRecord] = field(default_factory=list)
 
 
 class Stage(ABC, Generic[In, Out]):
@@ -124,21 +125,21 @@ class Stage(ABC, Generic[In, Out]):
         return {}
 
 
-class RecoverTasks(Stage[Sequence[int], dict[int, dict[str, Any]]]):
+class RecoverTasks(Stage[Sequence[int], dict[int, TaskCommitRecord]]):
     """Every expected task's record in the current application attempt, recovering earlier attempts' (I5), and
     each task commit's effect finished; :class:`JobIncomplete` naming the tasks nobody committed (I3)."""
 
     name = "recovery"
     fault = "commit_job.after_recovery"
 
-    def apply(self, tasks: Sequence[int]) -> dict[int, dict[str, Any]]:
+    def apply(self, tasks: Sequence[int]) -> dict[int, TaskCommitRecord]:
         c, job = self.c, self.run.job
         apps = c._app_attempts(job)
         app = c.current_app_attempt(job)
         # one listing says which tasks have a record in the current application attempt (records are never
         # rewritten, only added): those are read straight; only the others look into earlier attempts
         present = set(c.store.list_dir(c.layout.commits_dir(app)))
-        recs: dict[int, dict[str, Any]] = {}
+        recs: dict[int, TaskCommitRecord] = {}
         missing: list[int] = []
 
         def recover(task: int) -> None:
@@ -160,19 +161,19 @@ class RecoverTasks(Stage[Sequence[int], dict[int, dict[str, Any]]]):
                                 f"have no committed attempt: {shown}", missing)
         owner: dict[str, int] = {}
         for task in tasks:
-            for f in recs[task]["files"]:
-                if f["path"] in owner:
-                    raise InvalidOutputSpec(f"tasks {owner[f['path']]} and {task} both wrote {f['path']}; file "
+            for f in recs[task].files:
+                if f.path in owner:
+                    raise InvalidOutputSpec(f"tasks {owner[f.path]} and {task} both wrote {f.path}; file "
                                             "names must be unique across tasks (include the task number)")
-                owner[f["path"]] = task
+                owner[f.path] = task
         c.publisher.complete_task_commits(list(recs.values()))
         return {t: recs[t] for t in tasks}
 
-    def counts(self, out: dict[int, dict[str, Any]]) -> dict[str, int]:
-        return {"tasks": len(out), "files": sum(len(r["files"]) for r in out.values())}
+    def counts(self, out: dict[int, TaskCommitRecord]) -> dict[str, int]:
+        return {"tasks": len(out), "files": sum(len(r.files) for r in out.values())}
 
 
-class FixPlan(Stage[dict[int, dict[str, Any]], Plan]):
+class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
     """Decide, before anything visible changes, what the commit does, and record it exclusively: the tasks, the
     old files to delete, the markers to withdraw, the attempt history. The plan names tasks (their records in an
     application attempt are never rewritten), so it stays small whatever the number of files. A concurrent job
@@ -180,9 +181,9 @@ class FixPlan(Stage[dict[int, dict[str, Any]], Plan]):
 
     name = "plan"
 
-    def apply(self, recs: dict[int, dict[str, Any]]) -> Plan:
+    def apply(self, recs: dict[int, TaskCommitRecord]) -> Plan:
         c, job = self.c, self.run.job
-        dsts = {f["path"] for rec in recs.values() for f in rec["files"]}
+        dsts = {f.path for rec in recs.values() for f in rec.files}
         replaced = set((job.get("replaces") or {}).get("files", []))
         replace_files = set(job.get("replace_files") or [])  # e.g. the small files a compaction merged
         visible = c._visible_files()
@@ -205,8 +206,7 @@ class FixPlan(Stage[dict[int, dict[str, Any]], Plan]):
         withdraw = marker_dirs_above(dsts | deletions)
         if c.mode == "overwrite":
             withdraw |= set(c.store.marker_dirs(SUCCESS))
-        winners = {(r.get("original_app_attempt", r["app_attempt"]), r["task"]): r["attempt"]
-                   for r in recs.values()}
+        winners = {(r.committed_in_app, r.task): r.attempt for r in recs.values()}
         history = {str(t): h for t, h in c.status_reader.attempt_history(job, winners).items()
                    if h["failed_attempts"] or h["denied_attempts"] or h["unfinished_attempts"]}
         doc = {"job_id": c.job_id, "job_uuid": job["job_uuid"], "app_attempt": c.current_app_attempt(job),
@@ -342,8 +342,8 @@ class Cleanup(Stage[dict[str, Any], dict[str, Any]]):
 def build_manifest(c: FileOutputCommitter, job: Mapping[str, Any], plan: Plan, resumed: bool) -> dict[str, Any]:
     """The ``_SUCCESS`` document of a job commit, from its plan and records (durations are added last)."""
     recs = plan.recs
-    files = sorted(({"path": f["path"], "size": f["size"], "rows": f.get("rows"), "task": rec["task"]}
-                    for rec in recs for f in rec["files"]), key=lambda f: f["path"])
+    files = sorted(({"path": f.path, "size": f.size, "rows": f.rows, "task": rec.task}
+                    for rec in recs for f in rec.files), key=lambda f: f["path"])
     rows = [f["rows"] for f in files]
     warnings = []
     if c.publisher.visibility == "task-commit":
@@ -362,9 +362,9 @@ def build_manifest(c: FileOutputCommitter, job: Mapping[str, Any], plan: Plan, r
                    "rows": sum(r for r in rows if r is not None) if None not in rows else None,
                    "tasks": len(recs), "partitions": len(partitions)},
         "partitions": partitions,
-        "tasks": [{"task": r["task"], "attempt": r["attempt"], "app_attempt": r["app_attempt"],
-                   "recovered_from_app": r.get("recovered_from_app"), "files": len(r["files"]),
-                   **{**empty, **history.get(str(r["task"]), {})}} for r in recs],
+        "tasks": [{"task": r.task, "attempt": r.attempt, "app_attempt": r.app_attempt,
+                   "recovered_from_app": r.recovered_from_app, "files": len(r.files),
+                   **{**empty, **history.get(str(r.task), {})}} for r in recs],
         "deleted": {"files": len(plan.doc["deletions"])},
         "replaced_generation": (job.get("replaces") or {}).get("job_uuid"),
         "durations": {},
@@ -400,7 +400,7 @@ def run_job_commit(c: FileOutputCommitter, job: Mapping[str, Any], tasks: Sequen
     return manifest
 
 
-def planned_records(c: FileOutputCommitter, plan: Mapping[str, Any]) -> list[dict[str, Any]]:
+def planned_records(c: FileOutputCommitter, plan: Mapping[str, Any]) -> list[TaskCommitRecord]:
     """The task records a plan fixed (records in an application attempt are never rewritten)."""
     recs = []
     for task in plan["tasks"]:

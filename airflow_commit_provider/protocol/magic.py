@@ -31,6 +31,7 @@ from .layout import JobLayout
 from .parallel import parallel
 from .publish import Publisher
 from .stores.s3 import MIN_PART_SIZE, S3Store
+from .taskrecord import FileEntry, TaskCommitRecord
 
 PENDING_SUFFIX = ".pending"
 
@@ -128,15 +129,15 @@ class MultipartPublisher(Publisher):
                     raise CorruptRecord(f"pending upload record {self.store.url(where)} is unreadable: {exc}") from exc
         return out
 
-    def attempt_files(self, work_dir: str, task: int, rows: Mapping[str, int | None]) -> list[dict[str, Any]]:
+    def attempt_files(self, work_dir: str, task: int, rows: Mapping[str, int | None]) -> list[FileEntry]:
         """The attempt's pending uploads as record entries: key, upload id, ordered part ETags, size, rows."""
         files = []
         for p in sorted(self._pending_of(work_dir), key=lambda p: p["path"]):
             if p["state"] != "closed":
                 raise CorruptRecord(f"task attempt {work_dir.rsplit('/', 1)[-1]}: {p['path']} was never closed; "
                                     "commit after closing every file")
-            files.append({"path": p["path"], "size": p["size"], "rows": rows.get(p["path"]), "task": task,
-                          "upload_id": p["upload_id"], "parts": p["parts"]})
+            files.append(FileEntry(p["path"], p["size"], rows.get(p["path"]), task, upload_id=p["upload_id"],
+                                   parts=tuple((n, etag) for n, etag in p["parts"])))
         return files
 
     def pending_uploads(self, work_dir: str) -> set[str]:
@@ -149,16 +150,16 @@ class MultipartPublisher(Publisher):
         self.store.delete_tree(work_dir)
 
     # ---------------------------------------------------------------- job side
-    def publish(self, recs: Sequence[Mapping[str, Any]]) -> int:
-        uploads = [f for rec in recs for f in rec["files"]]
+    def publish(self, recs: Sequence[TaskCommitRecord]) -> int:
+        uploads = [f for rec in recs for f in rec.files]
 
-        def complete(f: Mapping[str, Any]) -> None:
+        def complete(f: FileEntry) -> None:
             try:
-                self.s3.complete_upload(f["path"], f["upload_id"], f["parts"])
+                self.s3.complete_upload(f.path, f.upload_id, f.parts)
             except (FileNotFoundError, OSError):
                 # NoSuchUpload: completed by an earlier run of this commit (then the object is there)
                 if not self._has(f):
-                    raise CorruptRecord(f"job {self.job_id}: upload {f['upload_id']} of {f['path']} is gone and the "
+                    raise CorruptRecord(f"job {self.job_id}: upload {f.upload_id} of {f.path} is gone and the "
                                         "object does not exist (aborted outside the protocol, or expired by a "
                                         "lifecycle rule)") from None
             inject("commit_job.mid_move")
@@ -166,9 +167,9 @@ class MultipartPublisher(Publisher):
         parallel(complete, uploads, self.threads)
         return 0
 
-    def _has(self, f: Mapping[str, Any]) -> bool:
+    def _has(self, f: FileEntry) -> bool:
         try:
-            return int(self.s3.fs.info(self.s3._p(f["path"]))["size"]) == f["size"]
+            return int(self.s3.fs.info(self.s3._p(f.path))["size"]) == f.size
         except FileNotFoundError:
             return False
 
@@ -176,9 +177,9 @@ class MultipartPublisher(Publisher):
         """Pending uploads of this job generation: under the root, with the job uuid in their key."""
         return [(rel, uid) for rel, uid in self.s3.list_uploads() if job_uuid in rel.rsplit("/", 1)[-1]]
 
-    def after_publish(self, job_uuid: str, recs: Sequence[Mapping[str, Any]]) -> None:
+    def after_publish(self, job_uuid: str, recs: Sequence[TaskCommitRecord]) -> None:
         """Abort every other pending upload of this job (denied attempts, zombies, attempts that died)."""
-        committed = {f["upload_id"] for rec in recs for f in rec["files"]}
+        committed = {f.upload_id for rec in recs for f in rec.files}
         for rel, uid in self._job_uploads(job_uuid):
             if uid not in committed:
                 self.s3.abort_upload(rel, uid)

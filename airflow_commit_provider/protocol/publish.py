@@ -30,6 +30,7 @@ from .markers import marker_dirs_above, withdraw_markers
 from .parallel import parallel
 from .paths import is_hidden, partition_of
 from .stores import Store
+from .taskrecord import FileEntry, TaskCommitRecord
 
 
 class Publisher:
@@ -57,7 +58,7 @@ class Publisher:
         """A writable binary file for *rel* (relative to the output root) in an attempt's work directory."""
         return self.store.open_write(f"{work_dir}/{rel}")
 
-    def attempt_files(self, work_dir: str, task: int, rows: Mapping[str, int | None]) -> list[dict[str, Any]]:
+    def attempt_files(self, work_dir: str, task: int, rows: Mapping[str, int | None]) -> list[FileEntry]:
         """The files an attempt holds, as record entries (path, size, rows, task)."""
         files = []
         for rel, size in sorted(self.store.list_files(work_dir)):
@@ -66,7 +67,7 @@ class Publisher:
             n = rows.get(rel)
             if n is None and rel.endswith(".parquet"):
                 n = self._parquet_rows(f"{work_dir}/{rel}")
-            files.append({"path": rel, "size": size, "rows": n, "task": task})
+            files.append(FileEntry(rel, size, n, task))
         return files
 
     def _parquet_rows(self, rel: str) -> int | None:
@@ -93,31 +94,31 @@ class Publisher:
         """Those of an attempt's files whose task commit would replace a visible file (only v2 publishes there)."""
         return []
 
-    def complete_task_commit(self, rec: Mapping[str, Any]) -> None:
+    def complete_task_commit(self, rec: TaskCommitRecord) -> None:
         """Finish the effect of a task commit record (idempotent; safe for several processes at once)."""
 
-    def complete_task_commits(self, recs: Sequence[Mapping[str, Any]]) -> None:
+    def complete_task_commits(self, recs: Sequence[TaskCommitRecord]) -> None:
         """:meth:`complete_task_commit` for every record whose attempt directory is still there, found with one
         listing per directory of attempts instead of one per record (on S3 a LIST request each). A task commit
         removes its attempt directory last, after its record and its moves: a directory missing from a listing
         made after the record was read is one whose commit finished."""
         if not self.moves_after_record:
             return
-        by_parent: dict[str, list[Mapping[str, Any]]] = {}
+        by_parent: dict[str, list[TaskCommitRecord]] = {}
         for rec in recs:
-            if rec.get("recovered_from_app") is None and rec.get("work_dir"):
-                by_parent.setdefault(partition_of(rec["work_dir"]), []).append(rec)
+            if not rec.adopted and rec.work_dir:
+                by_parent.setdefault(partition_of(rec.work_dir), []).append(rec)
         pending = []
         for parent, group in by_parent.items():
             names = set(self.store.list_dir(parent))
-            pending += [rec for rec in group if rec["work_dir"].rsplit("/", 1)[-1] in names]
+            pending += [rec for rec in group if rec.work_dir.rsplit("/", 1)[-1] in names]
         parallel(self.complete_task_commit, pending, self.threads)
 
     # ------------------------------------------------------------------ job side
-    def publish(self, recs: Sequence[Mapping[str, Any]]) -> int:
+    def publish(self, recs: Sequence[TaskCommitRecord]) -> int:
         """Make every committed task's files visible at their final names (idempotent). Returns the number of
         directories renamed whole."""
-        moves = [(f"{rec['data_dir']}/{f['path']}", f["path"], f["size"]) for rec in recs for f in rec["files"]]
+        moves = [(f"{rec.data_dir}/{f.path}", f.path, f.size) for rec in recs for f in rec.files]
         self._publish_files(moves)
         return 0
 
@@ -130,14 +131,14 @@ class Publisher:
             raise CorruptRecord(f"job {self.job_id}: {exc} is gone and its destination was never written; the "
                                 "data was deleted outside the protocol") from None
 
-    def after_publish(self, job_uuid: str, recs: Sequence[Mapping[str, Any]]) -> None:
+    def after_publish(self, job_uuid: str, recs: Sequence[TaskCommitRecord]) -> None:
         """After the data is visible (the magic committer aborts the job's other uploads here)."""
 
     def strays(self, visible: set[str], planned: set[str], job_uuid: str) -> set[str]:
         """Visible files of this generation that no planned record lists (only v2 can leave such files)."""
         return set()
 
-    def withdraw_commit(self, rec: Mapping[str, Any]) -> list[str]:
+    def withdraw_commit(self, rec: TaskCommitRecord) -> list[str]:
         """Undo a committed task's visible effect (only v2 has one); returns the visible files removed."""
         return []
 
@@ -183,20 +184,20 @@ class RenamePublisher(Publisher):
     def data_dir(self, app: int, work_dir: str) -> str:
         return self.layout.committed_dir(app)
 
-    def complete_task_commit(self, rec: Mapping[str, Any]) -> None:
-        if rec.get("recovered_from_app") is not None:
+    def complete_task_commit(self, rec: TaskCommitRecord) -> None:
+        if rec.adopted:
             return
-        _complete_moves(self.store, self.job_id, rec, rec["data_dir"], replace=False)
+        _complete_moves(self.store, self.job_id, rec, rec.data_dir, replace=False)
 
-    def publish(self, recs: Sequence[Mapping[str, Any]]) -> int:
-        moves = [(f"{rec['data_dir']}/{f['path']}", f["path"], f["size"]) for rec in recs for f in rec["files"]]
+    def publish(self, recs: Sequence[TaskCommitRecord]) -> int:
+        moves = [(f"{rec.data_dir}/{f.path}", f.path, f.size) for rec in recs for f in rec.files]
         renamed = self._publish_directories(recs)
         if renamed:
             moves = [m for m in moves if not m[0].startswith(renamed)]
         self._publish_files(moves)
         return len(renamed)
 
-    def _publish_directories(self, recs: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    def _publish_directories(self, recs: Sequence[TaskCommitRecord]) -> tuple[str, ...]:
         """Rename whole directories of committed files whose destination does not exist yet.
 
         A new partition then appears in one rename, however many files and tasks it holds (Hadoop's mergePaths
@@ -205,11 +206,11 @@ class RenamePublisher(Publisher):
         but this plan's files is renamed, so a stray file (from a task commit the plan does not include) never
         becomes visible; anything else falls back to the file-by-file moves. Returns the source prefixes renamed.
         """
-        if not any("/" in f["path"] for rec in recs for f in rec["files"]):
+        if not any("/" in f.path for rec in recs for f in rec.files):
             return ()  # no directories: an unpartitioned output pays nothing for this
         planned: dict[str, set[str]] = {}
         for rec in recs:
-            planned.setdefault(rec["data_dir"], set()).update(f["path"] for f in rec["files"])
+            planned.setdefault(rec.data_dir, set()).update(f.path for f in rec.files)
         renamed: list[str] = []
         for data_dir, files in planned.items():
             children: dict[str, set[str]] = {}
@@ -243,8 +244,8 @@ class TaskCommitPublisher(Publisher):
     def data_dir(self, app: int, work_dir: str) -> str:
         return ""
 
-    def complete_task_commit(self, rec: Mapping[str, Any]) -> None:
-        if rec.get("recovered_from_app") is not None:
+    def complete_task_commit(self, rec: TaskCommitRecord) -> None:
+        if rec.adopted:
             return
         _complete_moves(self.store, self.job_id, rec, "", replace=True)
 
@@ -253,8 +254,8 @@ class TaskCommitPublisher(Publisher):
         # when a zombie asks: moving over it would lose its rows (the v1 plan refuses the same at job commit)
         return sorted(set(paths) - set(self.store.missing(list(paths))))
 
-    def publish(self, recs: Sequence[Mapping[str, Any]]) -> int:
-        missing = self.store.missing([f["path"] for rec in recs for f in rec["files"]])
+    def publish(self, recs: Sequence[TaskCommitRecord]) -> int:
+        missing = self.store.missing([f.path for rec in recs for f in rec.files])
         if missing:
             raise CorruptRecord(f"job {self.job_id}: committed v2 file(s) missing from the output: {missing[:5]}")
         return 0
@@ -263,28 +264,28 @@ class TaskCommitPublisher(Publisher):
         # a zombie's late task commit after the teardown, or a v2 abort that died between a record and its files
         return {p for p in visible - planned if job_uuid in p.rsplit("/", 1)[-1]}
 
-    def withdraw_commit(self, rec: Mapping[str, Any]) -> list[str]:
+    def withdraw_commit(self, rec: TaskCommitRecord) -> list[str]:
         """The record is gone already (see the abort): remove the visible files, the markers above them first."""
-        paths = [f["path"] for f in rec["files"]]
+        paths = [f.path for f in rec.files]
         present = sorted(set(paths) - set(self.store.missing(paths)))
         withdraw_markers(self.store, marker_dirs_above(present))
         delete_and_prune(self.store, present, self.threads)
-        self.store.delete_tree(rec["work_dir"])
+        self.store.delete_tree(rec.work_dir)
         return present
 
 
-def _complete_moves(store: Store, job_id: str, rec: Mapping[str, Any], dst_dir: str, replace: bool) -> None:
+def _complete_moves(store: Store, job_id: str, rec: TaskCommitRecord, dst_dir: str, replace: bool) -> None:
     """Move what is still in a record's attempt directory to *dst_dir* (``""``: the output), then remove the
     directory. One listing, not one request per file: on S3 a finished task commit then costs a single LIST to
     check again. Files that become visible (``dst_dir == ""``) first withdraw the markers above them (I9)."""
-    src = rec["work_dir"]
+    src = rec.work_dir
     remaining = {rel for rel, _ in store.list_files(src)}
-    moves = [f for f in rec["files"] if f["path"] in remaining]
+    moves = [f for f in rec.files if f.path in remaining]
     if moves and not dst_dir:
-        withdraw_markers(store, marker_dirs_above(f["path"] for f in moves))
+        withdraw_markers(store, marker_dirs_above(f.path for f in moves))
     for f in moves:
-        if move_once(store, job_id, f"{src}/{f['path']}", f"{dst_dir}/{f['path']}" if dst_dir else f["path"],
-                     f["size"], replace=replace):
+        if move_once(store, job_id, f"{src}/{f.path}", f"{dst_dir}/{f.path}" if dst_dir else f.path,
+                     f.size, replace=replace):
             inject("commit_task.mid_move")
     if remaining:
         store.delete_tree(src)

@@ -14,12 +14,15 @@ commit plan            ``_temporary/<job>/_commit_plan_<uuid>.json``      once, 
 commit log             ``_commits/<job>.json``                            at job commit; outlives ``_temporary``
 ``_SUCCESS``           ``_SUCCESS`` (and ``<partition>/_SUCCESS``)          last
 =====================  =================================================  ========================================
+
+The task commit record is typed: :class:`~.taskrecord.TaskCommitRecord` names and validates its fields; the other
+records are read here as plain dicts.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -67,12 +70,16 @@ def dumps(kind: str, body: Mapping[str, Any], **encoded: bytes) -> bytes:
     return doc[:-1] + b"".join(b',"%s":%s' % (key.encode(), value) for key, value in encoded.items()) + b"}"
 
 
-def loads(kind: str, data: bytes, where: str) -> dict[str, Any]:
-    """Parse a record of *kind*; :class:`CorruptRecord` naming *where* when it is not one."""
+def parse(kind: str, data: bytes, where: str) -> Any:
+    """The JSON of a record of *kind*; :class:`CorruptRecord` naming *where* when it is not JSON."""
     try:
-        doc = json.loads(data)
+        return json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptRecord(f"{where} is not valid JSON ({exc}); the {kind} record is corrupt or truncated") from exc
+
+
+def check(kind: str, doc: Any, where: str) -> dict[str, Any]:
+    """*doc* if it is a record of *kind* of this version; :class:`CorruptRecord` naming *where* if not."""
     if not isinstance(doc, dict) or doc.get("format") != f"{FORMAT}/{kind}":
         raise CorruptRecord(f"{where} is not an {FORMAT} {kind} record (format={doc.get('format')!r})"
                             if isinstance(doc, dict) else f"{where} is not a JSON object")
@@ -81,13 +88,19 @@ def loads(kind: str, data: bytes, where: str) -> dict[str, Any]:
     return doc
 
 
-def read(store: Store, rel: str, kind: str) -> dict[str, Any] | None:
-    """The record at *rel*, or ``None`` when there is none."""
+def loads(kind: str, data: bytes, where: str) -> dict[str, Any]:
+    """Parse a record of *kind*; :class:`CorruptRecord` naming *where* when it is not one."""
+    return check(kind, parse(kind, data, where), where)
+
+
+def read(store: Store, rel: str, kind: str, decode: Callable[[bytes, str], Any] | None = None) -> Any:
+    """The record at *rel* (a dict, or what *decode* makes of its bytes and URL), or ``None`` when there is
+    none."""
     try:
         data = store.read_bytes(rel)
     except FileNotFoundError:
         return None
-    return loads(kind, data, store.url(rel))
+    return loads(kind, data, store.url(rel)) if decode is None else decode(data, store.url(rel))
 
 
 def validate_success(doc: Any, where: str) -> dict[str, Any]:

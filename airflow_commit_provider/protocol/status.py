@@ -14,6 +14,7 @@ from .layout import SUCCESS
 
 if TYPE_CHECKING:
     from .committer import FileOutputCommitter
+    from .taskrecord import TaskCommitRecord
 
 
 class JobStatus:
@@ -41,12 +42,11 @@ class JobStatus:
         tasks: dict[int, dict[str, Any]] = {}
         for a in sorted(apps):
             for rec in self.app_records(a, job["job_uuid"]):
-                if a == app or rec["task"] not in tasks:
-                    tasks[rec["task"]] = {"task": rec["task"], "attempt": rec["attempt"], "app_attempt": a,
-                                          "recovered_from_app": rec.get("recovered_from_app"),
-                                          "files": len(rec["files"]),
-                                          "rows": sum(f.get("rows") or 0 for f in rec["files"]),
-                                          "bytes": sum(f["size"] for f in rec["files"]), "current": a == app}
+                if a == app or rec.task not in tasks:
+                    tasks[rec.task] = {"task": rec.task, "attempt": rec.attempt, "app_attempt": a,
+                                       "recovered_from_app": rec.recovered_from_app, "files": len(rec.files),
+                                       "rows": sum(f.rows or 0 for f in rec.files),
+                                       "bytes": sum(f.size for f in rec.files), "current": a == app}
         for t, hist in self.attempt_history(job).items():
             tasks.setdefault(t, {"task": t, "attempt": None, "app_attempt": None, "files": 0, "rows": 0,
                                  "bytes": 0, "current": False}).update(hist)
@@ -58,7 +58,7 @@ class JobStatus:
                 "labels": job.get("labels", {}), "aborted": aborted,
                 "tasks": [tasks[t] for t in sorted(tasks)]}
 
-    def app_records(self, app: int, job_uuid: str) -> list[dict[str, Any]]:
+    def app_records(self, app: int, job_uuid: str) -> list[TaskCommitRecord]:
         """Every task commit record of one application attempt (of generation *job_uuid*)."""
         out = []
         for name in self.c.store.list_dir(self.c.layout.commits_dir(app)):
@@ -80,8 +80,8 @@ class JobStatus:
         out: dict[int, dict[str, list[str]]] = {}
         apps = self.c._app_attempts(job)
         if winners is None:
-            winners = {(a, rec["task"]): rec["attempt"] for a in apps for rec in self.app_records(a, job["job_uuid"])
-                       if rec.get("recovered_from_app") is None}
+            winners = {(a, rec.task): rec.attempt for a in apps for rec in self.app_records(a, job["job_uuid"])
+                       if not rec.adopted}
         for a in apps:
             known = {(t, at): COMMITTING for (wa, t), at in winners.items() if wa == a}
             for trace in self.c.ledger.traces(a, known=known):

@@ -202,7 +202,7 @@ class S3Store(FsspecStore):
         return self._client_call("upload_part", Bucket=self.bucket, Key=self.key(rel), UploadId=upload_id,
                                  PartNumber=number, Body=data)["ETag"]
 
-    def complete_upload(self, rel: str, upload_id: str, parts: list[list[Any]]) -> None:
+    def complete_upload(self, rel: str, upload_id: str, parts: Sequence[Sequence[Any]]) -> None:
         self._client_call("complete_multipart_upload", Bucket=self.bucket, Key=self.key(rel), UploadId=upload_id,
                           MultipartUpload={"Parts": [{"PartNumber": n, "ETag": e} for n, e in parts]})
 

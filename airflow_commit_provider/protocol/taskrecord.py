@@ -1,0 +1,218 @@
+"""The task commit record as a type: what ``_temporary/<job>/<app>/_commits/task_<task>.json`` holds.
+
+After Hadoop's manifest committer ``TaskManifest``: a typed, versioned record that validates what it reads. Its
+creation (exclusive) is the commit decision of one task; everything after it is an effect any party can finish
+from it. The JSON is the one earlier releases of this package wrote (same keys, same order, same meaning), so a
+job started by an older release is recovered and committed by this one, and the other way round.
+
+==========================  ==============================================================================
+field                       meaning
+==========================  ==============================================================================
+``job_id``, ``job_uuid``    the job and its generation (a record of another generation is ignored)
+``task``, ``attempt``       the task and its committed attempt (Airflow's try number)
+``app_attempt``             the application attempt the record belongs to (its directory)
+``work_dir``                the committed attempt's directory (relative to the output root)
+``data_dir``                where the files lie until job commit: the attempt directory, the application
+                            attempt's ``_committed`` directory (v1 on local disk) or ``""`` (v2: the output)
+``recovered_from_app``      ``None``; on an adopted record, the application attempt whose commit it adopts
+``committed``               when the task committed (UTC, ISO 8601)
+``files``                   :class:`FileEntry` per file, sorted by path
+``original_app_attempt``    adopted records only: the application attempt the task committed in
+``recovered``               adopted records only: when it was adopted
+==========================  ==============================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from . import records
+from .errors import CorruptRecord
+from .stores import Store
+
+KIND = "task-commit"
+_FORMAT = f"{records.FORMAT}/{KIND}"
+
+
+def _bad(where: str, field: str, value: Any, want: str) -> CorruptRecord:
+    return CorruptRecord(f"{where}: field {field!r} has type {type(value).__name__}, not {want}; the task commit "
+                         "record is corrupt")
+
+
+def _get(doc: Mapping[str, Any], key: str, typ: type, where: str, prefix: str = "", *,
+         nullable: bool = False, required: bool = True) -> Any:
+    """``doc[key]``, checked to be a *typ* (or ``None`` when *nullable*; ``bool`` is never an ``int``). A key that
+    is not *required* may be absent (``None``)."""
+    try:
+        value = doc[key]
+    except KeyError:
+        if not required:
+            return None
+        raise CorruptRecord(f"{where} lacks the field {prefix + key!r}; the task commit record is corrupt") from None
+    if value.__class__ is typ or (nullable and value is None):   # the common case, without isinstance
+        return value
+    if isinstance(value, typ) and not isinstance(value, bool):
+        return value
+    raise _bad(where, prefix + key, value, typ.__name__ + (" or null" if nullable else ""))
+
+
+@dataclass(frozen=True, slots=True)
+class FileEntry:
+    """One committed file: its final path (relative to the output root), bytes, rows (``None``: unknown) and
+    task. The magic committer's entries also name the pending multipart upload: its id and ordered parts
+    (``(number, ETag)``)."""
+
+    path: str
+    size: int
+    rows: int | None
+    task: int
+    upload_id: str | None = None
+    parts: tuple[tuple[int, str], ...] | None = None
+
+    def to_doc(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"path": self.path, "size": self.size, "rows": self.rows, "task": self.task}
+        if self.upload_id is not None:
+            doc["upload_id"] = self.upload_id
+            doc["parts"] = [list(p) for p in self.parts or ()]
+        return doc
+
+    @classmethod
+    def from_doc(cls, doc: Any, where: str, i: int = 0) -> FileEntry:
+        prefix = f"files[{i}]."
+        if not isinstance(doc, dict):
+            raise _bad(where, f"files[{i}]", doc, "object")
+        upload_id = _get(doc, "upload_id", str, where, prefix, nullable=True, required=False)
+        parts = None
+        if upload_id is not None:
+            raw = _get(doc, "parts", list, where, prefix)
+            for j, p in enumerate(raw):
+                if not (isinstance(p, list) and len(p) == 2 and isinstance(p[0], int) and not isinstance(p[0], bool)
+                        and isinstance(p[1], str)):
+                    raise CorruptRecord(f"{where}: field {prefix}parts[{j}] is {p!r}, not [part number, ETag]; "
+                                        "the task commit record is corrupt")
+            parts = tuple((n, e) for n, e in raw)
+        return cls(_get(doc, "path", str, where, prefix), _get(doc, "size", int, where, prefix),
+                   _get(doc, "rows", int, where, prefix, nullable=True), _get(doc, "task", int, where, prefix),
+                   upload_id, parts)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCommitRecord:
+    """The commit record of one task in one application attempt (see the module's table of fields)."""
+
+    #: the record format version this class reads and writes (:data:`.records.VERSION`)
+    VERSION = records.VERSION
+
+    job_id: str
+    job_uuid: str
+    task: int
+    attempt: int
+    app_attempt: int
+    work_dir: str
+    data_dir: str
+    recovered_from_app: int | None
+    committed: str
+    files: tuple[FileEntry, ...]
+    original_app_attempt: int | None = None
+    recovered: str | None = None
+
+    @property
+    def adopted(self) -> bool:
+        """Whether this record adopts a commit of an earlier application attempt: its files are that attempt's,
+        and its task commit's effect was finished there."""
+        return self.recovered_from_app is not None
+
+    @property
+    def committed_in_app(self) -> int:
+        """The application attempt the task's winning attempt committed in."""
+        return self.app_attempt if self.original_app_attempt is None else self.original_app_attempt
+
+    def adopted_by(self, app: int) -> TaskCommitRecord:
+        """The record by which application attempt *app* adopts this one (recovery: no data moves). It points at
+        the application attempt whose attempt directory and files it is, through any chain of adoptions."""
+        return replace(self, app_attempt=app,
+                       recovered_from_app=self.app_attempt if self.recovered_from_app is None
+                       else self.recovered_from_app,
+                       original_app_attempt=self.committed_in_app, recovered=records.now_iso())
+
+    # ------------------------------------------------------------------ JSON
+    def _body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "job_id": self.job_id, "job_uuid": self.job_uuid, "task": self.task, "attempt": self.attempt,
+            "app_attempt": self.app_attempt, "work_dir": self.work_dir, "data_dir": self.data_dir,
+            "recovered_from_app": self.recovered_from_app, "committed": self.committed,
+            "files": [f.to_doc() for f in self.files]}
+        if self.original_app_attempt is not None:
+            body["original_app_attempt"] = self.original_app_attempt
+        if self.recovered is not None:
+            body["recovered"] = self.recovered
+        return body
+
+    def to_doc(self) -> dict[str, Any]:
+        """The record as the plain dict :func:`.records.read` gives (format and version included): what the
+        committer's public methods return."""
+        return {"format": _FORMAT, "version": records.VERSION, **self._body()}
+
+    def to_json(self) -> bytes:
+        """The record's bytes, format and version stamped by :func:`.records.dumps`."""
+        return records.dumps(KIND, self._body())
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str) -> TaskCommitRecord:
+        """Parse and validate; :class:`CorruptRecord` naming *where* (and the field) when it is not a valid
+        task commit record of this version."""
+        return cls.from_doc(records.parse(KIND, data, where), where)
+
+    @classmethod
+    def read(cls, store: Store, rel: str) -> TaskCommitRecord | None:
+        """The record at *rel*, or ``None`` when there is none."""
+        return records.read(store, rel, KIND, cls.from_json)
+
+    @classmethod
+    def from_doc(cls, doc: Any, where: str) -> TaskCommitRecord:
+        """Validate a parsed record: format, version, and the type of every field. Unknown fields are ignored
+        (a later version may add some).
+
+        Job commit reads one record per task (10,000 and more), so the common record (exact types, no uploads)
+        is checked inline, in a few microseconds; anything else takes :meth:`_checked`, which accepts the same
+        records and names the field of one that is not."""
+        records.check(KIND, doc, where)
+        try:
+            job_id, job_uuid, task, attempt, app, work_dir, data_dir, adopted_from, committed, files = (
+                doc["job_id"], doc["job_uuid"], doc["task"], doc["attempt"], doc["app_attempt"], doc["work_dir"],
+                doc["data_dir"], doc["recovered_from_app"], doc["committed"], doc["files"])
+            entries = []
+            for f in files:
+                path, size, rows, owner = f["path"], f["size"], f["rows"], f["task"]
+                if (type(path) is not str or type(size) is not int or (rows is not None and type(rows) is not int)
+                        or type(owner) is not int or "upload_id" in f):
+                    return cls._checked(doc, where)
+                entries.append(FileEntry(path, size, rows, owner))
+        except (KeyError, TypeError):
+            return cls._checked(doc, where)
+        original, recovered = doc.get("original_app_attempt"), doc.get("recovered")
+        if (type(job_id) is str and type(job_uuid) is str and type(task) is int and type(attempt) is int
+                and type(app) is int and type(work_dir) is str and type(data_dir) is str
+                and (adopted_from is None or type(adopted_from) is int) and type(committed) is str
+                and (original is None or type(original) is int) and (recovered is None or type(recovered) is str)
+                and type(files) is list):
+            return cls(job_id, job_uuid, task, attempt, app, work_dir, data_dir, adopted_from, committed,
+                       tuple(entries), original, recovered)
+        return cls._checked(doc, where)
+
+    @classmethod
+    def _checked(cls, doc: dict[str, Any], where: str) -> TaskCommitRecord:
+        """:meth:`from_doc` field by field: :class:`CorruptRecord` naming the first field that is wrong."""
+        files = _get(doc, "files", list, where)
+        return cls(
+            _get(doc, "job_id", str, where), _get(doc, "job_uuid", str, where), _get(doc, "task", int, where),
+            _get(doc, "attempt", int, where), _get(doc, "app_attempt", int, where),
+            _get(doc, "work_dir", str, where), _get(doc, "data_dir", str, where),
+            _get(doc, "recovered_from_app", int, where, nullable=True), _get(doc, "committed", str, where),
+            tuple(FileEntry.from_doc(f, where, i) for i, f in enumerate(files)),
+            _get(doc, "original_app_attempt", int, where, nullable=True, required=False),
+            _get(doc, "recovered", str, where, nullable=True, required=False))
+
+__all__ = ["FileEntry", "KIND", "TaskCommitRecord"]

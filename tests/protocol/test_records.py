@@ -1,0 +1,234 @@
+"""The task commit record as a type (:mod:`airflow_commit_provider.protocol.taskrecord`): round trips, every kind
+of corruption named with its file and field, and records written by the previous release (``fixtures/
+records_head``: a job set up, its tasks committed in application attempt 0, then cleared once, by the code as it
+was before the record was typed) read, recovered and committed by this one."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+
+from airflow_commit_provider.protocol import CorruptRecord, FileOutputCommitter, run_task_attempt
+from airflow_commit_provider.protocol import records
+from airflow_commit_provider.protocol.taskrecord import FileEntry, TaskCommitRecord
+
+FIXTURE = Path(__file__).parent / "fixtures" / "records_head"
+JOB = "records-head"
+WHERE = "s3://bucket/out/_temporary/j/0/_commits/task_00007.json"
+
+
+def head_record(app: int, task: int) -> bytes:
+    return (FIXTURE / "_temporary" / JOB / str(app) / "_commits" / f"task_{task:05d}.json").read_bytes()
+
+
+def head_records() -> list[Path]:
+    """Every task commit record of the fixture: the local job's and the magic committer's."""
+    return sorted(FIXTURE.glob("**/_commits/task_*.json"))
+
+
+def magic_doc() -> dict[str, Any]:
+    doc = json.loads(head_record(0, 2))
+    doc["files"][0].update(upload_id="2~upload", parts=[[1, '"etag-1"'], [2, '"etag-2"']])
+    return doc
+
+
+# ---------------------------------------------------------------------------------------------- round trips
+@pytest.mark.parametrize("path", head_records(), ids=lambda p: "/".join(p.parts[-3:]))
+def test_head_records_read_and_write_back_byte_for_byte(path):
+    """Every record the previous release wrote (fresh and adopted) is read, and written back as the same bytes:
+    the same keys, in the same order, with the same values, so either release reads the other's records."""
+    data = path.read_bytes()
+    rec = TaskCommitRecord.from_json(data, str(path))
+    assert rec.to_json() == data
+    assert TaskCommitRecord._checked(json.loads(data), str(path)) == rec, "the inline check and the field by " \
+        "field check read the same record"
+    assert rec.to_doc() == records.loads("task-commit", data, str(path)), "the public dict is the one read before"
+
+
+@pytest.mark.parametrize("job", [JOB, "magic"])
+def test_adoption_is_the_previous_releases_adoption(job):
+    """``adopted_by`` writes what the previous release's recovery wrote (only the adoption time differs); adopting
+    an adopted record keeps pointing at the application attempt that holds the files."""
+    base = FIXTURE / "_temporary" / JOB if job == JOB else FIXTURE / "magic" / "records-head-magic"
+    before, after = ((base / str(app) / "_commits" / "task_00000.json").read_bytes() for app in (0, 1))
+    original = TaskCommitRecord.from_json(before, "app 0")
+    written_by_head = TaskCommitRecord.from_json(after, "app 1")
+    adopted = original.adopted_by(1)
+    assert adopted.recovered is not None and adopted.recovered != written_by_head.recovered
+    assert adopted.to_json().replace(adopted.recovered.encode(), written_by_head.recovered.encode()) == after
+    again = written_by_head.adopted_by(2)
+    assert (again.app_attempt, again.recovered_from_app, again.original_app_attempt, again.committed_in_app) \
+        == (2, 0, 0, 0)
+    assert again.adopted and not original.adopted and original.committed_in_app == 0
+    assert TaskCommitRecord.from_json(again.to_json(), "x") == again
+
+
+def test_magic_uploads_round_trip():
+    doc = magic_doc()
+    rec = TaskCommitRecord.from_doc(doc, WHERE)
+    entry = rec.files[0]
+    assert entry.upload_id == "2~upload" and entry.parts == ((1, '"etag-1"'), (2, '"etag-2"'))
+    assert rec.to_doc() == doc
+    assert TaskCommitRecord.from_json(rec.to_json(), WHERE) == rec
+    assert json.loads(rec.to_json()) == doc
+
+
+def test_records_are_frozen_and_plain_entries_carry_no_upload():
+    rec = TaskCommitRecord.from_json(head_record(0, 1), WHERE)
+    with pytest.raises(AttributeError):
+        rec.attempt = 3  # type: ignore[misc]
+    assert rec.files == (FileEntry(rec.files[0].path, 466, 1, 1),)
+    assert "upload_id" not in rec.files[0].to_doc() and "original_app_attempt" not in json.loads(rec.to_json())
+    assert TaskCommitRecord.VERSION == records.VERSION
+
+
+# ---------------------------------------------------------------------------------------------- corruption
+def _set(path: str, value: Any):
+    def change(doc: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        target = doc
+        for key in parents:
+            target = target[int(key)] if key.isdigit() else target[key]
+        if value is _DELETE:
+            del target[last]
+        else:
+            target[int(last) if last.isdigit() else last] = value
+    return change
+
+
+_DELETE = object()
+
+CORRUPTIONS = [
+    # (what changes, the message it must give)
+    ("job_id", 7, "field 'job_id' has type int, not str"),
+    ("job_uuid", None, "field 'job_uuid' has type NoneType, not str"),
+    ("task", "3", "field 'task' has type str, not int"),
+    ("attempt", True, "field 'attempt' has type bool, not int"),
+    ("attempt", 1.0, "field 'attempt' has type float, not int"),
+    ("app_attempt", _DELETE, "lacks the field 'app_attempt'"),
+    ("work_dir", _DELETE, "lacks the field 'work_dir'"),
+    ("data_dir", ["x"], "field 'data_dir' has type list, not str"),
+    ("recovered_from_app", "0", "field 'recovered_from_app' has type str, not int or null"),
+    ("recovered_from_app", _DELETE, "lacks the field 'recovered_from_app'"),
+    ("committed", 1, "field 'committed' has type int, not str"),
+    ("files", {}, "field 'files' has type dict, not list"),
+    ("files", _DELETE, "lacks the field 'files'"),
+    ("original_app_attempt", "0", "field 'original_app_attempt' has type str, not int or null"),
+    ("recovered", 3, "field 'recovered' has type int, not str or null"),
+    ("files.0", "part-0.parquet", "field 'files[0]' has type str, not object"),
+    ("files.0.path", 5, "field 'files[0].path' has type int, not str"),
+    ("files.0.size", "466", "field 'files[0].size' has type str, not int"),
+    ("files.0.size", _DELETE, "lacks the field 'files[0].size'"),
+    ("files.0.rows", 1.5, "field 'files[0].rows' has type float, not int or null"),
+    ("files.0.task", _DELETE, "lacks the field 'files[0].task'"),
+    ("files.0.upload_id", 12, "field 'files[0].upload_id' has type int, not str or null"),
+    ("format", "airflow-commit-provider/job", "is not an airflow-commit-provider task-commit record"),
+    ("version", 2, "has unsupported record version 2"),
+]
+
+
+@pytest.mark.parametrize("field,value,message", CORRUPTIONS,
+                         ids=[f"{f}={'deleted' if v is _DELETE else repr(v)}" for f, v, _ in CORRUPTIONS])
+def test_each_corruption_is_named_with_file_and_field(field, value, message):
+    doc = json.loads(head_record(1, 0))   # an adopted record: every field present
+    _set(field, value)(doc)
+    with pytest.raises(CorruptRecord) as raised:
+        TaskCommitRecord.from_json(json.dumps(doc).encode(), WHERE)
+    assert str(raised.value).startswith(WHERE) and message in str(raised.value)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("files.0.parts", _DELETE, "lacks the field 'files[0].parts'"),
+    ("files.0.parts", "1:etag", "field 'files[0].parts' has type str, not list"),
+    ("files.0.parts.1", [2], "field files[0].parts[1] is [2], not [part number, ETag]"),
+    ("files.0.parts.0", ["1", "etag"], "field files[0].parts[0] is ['1', 'etag'], not [part number, ETag]"),
+])
+def test_magic_corruption_is_named(field, value, message):
+    doc = magic_doc()
+    _set(field, value)(doc)
+    with pytest.raises(CorruptRecord, match=None) as raised:
+        TaskCommitRecord.from_doc(doc, WHERE)
+    assert str(raised.value).startswith(WHERE) and message in str(raised.value)
+
+
+@pytest.mark.parametrize("data,message", [
+    (b'{"format": "airflow-commit-provider/task-commit", "vers', "is not valid JSON"),
+    (b"[1, 2]", "is not a JSON object"),
+    (b"", "is not valid JSON"),
+    (b"\xff\xfe", "is not valid JSON"),
+])
+def test_unparsable_records_are_named(data, message):
+    with pytest.raises(CorruptRecord) as raised:
+        TaskCommitRecord.from_json(data, WHERE)
+    assert str(raised.value).startswith(WHERE) and message in str(raised.value)
+
+
+def test_unknown_fields_are_ignored():
+    """A later version may add fields: this one reads the record, and writes back what it knows."""
+    doc = json.loads(head_record(0, 1))
+    doc["checksum"] = "abc"
+    doc["files"][0]["etag"] = "x"
+    rec = TaskCommitRecord.from_doc(doc, WHERE)
+    assert rec == TaskCommitRecord.from_json(head_record(0, 1), WHERE)
+
+
+# ---------------------------------------------------------------------------------------------- through the committer
+def head_job(tmp_path: Path) -> tuple[str, FileOutputCommitter]:
+    """The previous release's job, as a DAG run left it when it failed (tasks 0-2 committed in application attempt
+    0, the run cleared once: task 0 adopted and task 3 committed in application attempt 1)."""
+    root = tmp_path / "out"
+    root.mkdir()
+    shutil.copytree(FIXTURE / "_temporary", root / "_temporary")
+    return str(root), FileOutputCommitter(str(root), JOB, algorithm=1, mode="append", partition_by=["day"],
+                                          commit_threads=2)
+
+
+def committed_tasks(root: str) -> list[int]:
+    table = ds.dataset(root, format="parquet", partitioning="hive").to_table()
+    return sorted(table.column("task").to_pylist())
+
+
+@pytest.mark.parametrize("how", ["cleared", "resumed"])
+def test_a_job_written_by_the_previous_release_commits_exactly_once(tmp_path, how):
+    """``cleared``: the run is cleared after the upgrade: a new application attempt, every task found committed
+    (recovered, nothing run again), then job commit. ``resumed``: job commit straight away, recovering tasks 1
+    and 2 from application attempt 0. Either way every task's row is in the output exactly once."""
+    root, c = head_job(tmp_path)
+    status = c.status()
+    assert status["state"] == "running" and [t["task"] for t in status["tasks"]] == [0, 1, 2, 3]
+    assert [t["recovered_from_app"] for t in status["tasks"]] == [0, None, None, None]
+    assert status["tasks"][1]["failed_attempts"] == ["0.1"]
+    if how == "cleared":
+        assert c.setup_job().app_attempt == 2
+        for task in range(4):
+            outcome = run_task_attempt(c, task, 1, lambda w: pytest.fail("a committed task ran again"))
+            assert outcome.status == "recovered" and outcome.rows == 1
+            assert outcome.record["recovered_from_app"] == (1 if task == 3 else 0)
+    manifest = c.commit_job(4)
+    assert committed_tasks(root) == [0, 1, 2, 3]
+    assert manifest["totals"]["rows"] == 4 and manifest["totals"]["files"] == 4
+    assert {t["task"]: t["recovered_from_app"] for t in manifest["tasks"]} == (
+        {0: 0, 1: 0, 2: 0, 3: 1} if how == "cleared" else {0: 0, 1: 0, 2: 0, 3: None})
+    assert not os.path.exists(os.path.join(root, "_temporary", JOB))
+    assert c.committed_task_record(1)["attempt"] == 2
+    assert c.commit_job(4)["job_uuid"] == manifest["job_uuid"], "committing again changes nothing"
+    assert committed_tasks(root) == [0, 1, 2, 3]
+
+
+def test_a_corrupt_field_stops_job_commit_naming_the_record(tmp_path):
+    root, c = head_job(tmp_path)
+    record = Path(root) / "_temporary" / JOB / "1" / "_commits" / "task_00003.json"
+    doc = json.loads(record.read_bytes())
+    doc["files"][0]["size"] = "466"
+    record.write_text(json.dumps(doc))
+    with pytest.raises(CorruptRecord, match=r"task_00003\.json: field 'files\[0\]\.size' has type str"):
+        c.commit_job(4)
+    assert not os.path.exists(os.path.join(root, "_SUCCESS"))
+    assert not any(p.suffix == ".parquet" for p in Path(root).glob("day=*/*"))
