@@ -4,8 +4,20 @@ the ``dag.test()`` suite and the plugin tests (``tests/airflow``) run as a subpr
 Airflow 3.1's own api-server app (its routes mounted, behind auth) and in ``airflow plugins``.
 
 The virtualenv is kept between runs under ``COMMIT_COMPAT_VENV`` (default: ``~/.cache/airflow-commit-provider``),
-keyed by the constraints file's hash, so a CI machine with a warm cache pays only for the suite; a cold one also
-for the install (pip's wheel cache makes it a few minutes)."""
+keyed by the Airflow version and the constraints file's hash, so a CI machine with a warm cache pays only for the
+suite; a cold one also for the install (pip's wheel cache makes it a few minutes).
+
+Another Airflow (e.g. 3.2, which CI does not run) through the environment; unset, CI's defaults apply:
+
+- ``COMMIT_COMPAT_AIRFLOW``: the Airflow version (default ``3.1.8``);
+- ``COMMIT_COMPAT_CONSTRAINTS``: a constraints file (relative paths: to the working directory, else to the checkout),
+  or ``none`` for pip's own resolution with ``apache-airflow==<version>`` pinned (and ``UNCONSTRAINED_PINS``). Default:
+  ``constraints-airflow-<major>.<minor>.txt`` of the checkout, which must exist (3.1 and 3.2 have one); a version
+  without one needs the variable. An unconstrained venv keeps ``pip freeze`` of what it resolved in
+  ``<venv>/resolved-constraints.txt``, ready to be passed back as ``COMMIT_COMPAT_CONSTRAINTS``.
+
+    COMMIT_COMPAT_AIRFLOW=3.2.2 COMMIT_COMPAT_VENV=/tmp/commit-compat .venv/bin/python -m pytest tests/compat -q \
+        -p no:cacheprovider"""
 
 from __future__ import annotations
 
@@ -24,8 +36,26 @@ from ..conftest import REPO
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow]
 
-AIRFLOW = "3.1.8"
-CONSTRAINTS = REPO / "constraints-airflow-3.1.txt"
+AIRFLOW = os.environ.get("COMMIT_COMPAT_AIRFLOW", "").strip() or "3.1.8"
+
+
+def _constraints() -> Path | None:
+    """The constraints file of the compat venv; None: pip resolves on its own (``COMMIT_COMPAT_CONSTRAINTS=none``)."""
+    value = os.environ.get("COMMIT_COMPAT_CONSTRAINTS", "").strip()
+    if value.lower() == "none":
+        return None
+    if not value:
+        return REPO / f"constraints-airflow-{'.'.join(AIRFLOW.split('.')[:2])}.txt"
+    path = Path(value).expanduser()
+    return path if path.is_absolute() or path.exists() else REPO / path
+
+
+CONSTRAINTS = _constraints()
+#: with COMMIT_COMPAT_CONSTRAINTS=none, still pinned: Airflow 3.2.2 caps none of them, and their newest releases break
+#: Airflow itself (a plain DAG too), the environment's fault, not this package's: fastapi 0.165.0 / cadwyn 9.0.0 its
+#: api-server at start-up ("PydanticUserError: Model 'TITerminalStatePayload' needs a discriminator field"), svcs
+#: 26.2.0 its in-process execution API, so every dag.test() task ("'State' object has no attribute 'svcs_registry'")
+UNCONSTRAINED_PINS = ["fastapi==0.136.3", "cadwyn==7.0.0", "svcs==25.1.0"]
 #: what tests/airflow needs besides the package
 TEST_DEPS = ["pytest", "pytest-timeout", "moto[server]", "hypothesis", "duckdb", "build"]
 
@@ -43,7 +73,11 @@ def _clean_env() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
-    key = hashlib.sha256(CONSTRAINTS.read_bytes()).hexdigest()[:12]
+    if CONSTRAINTS is not None and not CONSTRAINTS.is_file():
+        pytest.fail(f"no constraints file {CONSTRAINTS} for Airflow {AIRFLOW}: set COMMIT_COMPAT_CONSTRAINTS to one, "
+                    "or to 'none' for pip's own resolution", pytrace=False)
+    key = "unconstrained" if CONSTRAINTS is None else hashlib.sha256(CONSTRAINTS.read_bytes()).hexdigest()[:12]
+    pins = UNCONSTRAINED_PINS if CONSTRAINTS is None else ["-c", CONSTRAINTS]
     base = Path(os.environ.get("COMMIT_COMPAT_VENV", Path.home() / ".cache" / "airflow-commit-provider"))
     venv = base / f"airflow-{AIRFLOW}-{key}"
     python = venv / "bin" / "python"
@@ -52,8 +86,11 @@ def venv(tmp_path_factory) -> Path:
         shutil.rmtree(venv, ignore_errors=True)
         _run([sys.executable, "-m", "venv", venv], timeout=300)
         _run([python, "-m", "pip", "install", "-q", "-U", "pip"], timeout=600)
-        _run([python, "-m", "pip", "install", "-q", "--no-compile", "-c", CONSTRAINTS, f"apache-airflow=={AIRFLOW}",
+        _run([python, "-m", "pip", "install", "-q", "--no-compile", *pins, f"apache-airflow=={AIRFLOW}",
               "apache-airflow-providers-amazon[s3fs]", "s3fs", "pyarrow", *TEST_DEPS], timeout=2400)
+        if CONSTRAINTS is None:  # what pip chose, to rerun with exactly it (COMMIT_COMPAT_CONSTRAINTS=<this file>)
+            frozen = _run([python, "-m", "pip", "freeze", "--exclude-editable"], timeout=300).stdout
+            (venv / "resolved-constraints.txt").write_text(frozen)
         (venv / ".complete").touch()
     # this checkout's package, as a wheel (rebuilt every run: the code under test changes, the venv does not)
     dist = tmp_path_factory.mktemp("compat-dist")
@@ -62,7 +99,8 @@ def venv(tmp_path_factory) -> Path:
     _run([python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", wheel], timeout=600)
     version = _run([python, "-c", "import airflow; print(airflow.__version__)"]).stdout.strip()
     assert version == AIRFLOW, version
-    print(f"Airflow {AIRFLOW} venv ready in {time.monotonic() - t0:.0f} s ({venv})")
+    print(f"Airflow {AIRFLOW} venv ready in {time.monotonic() - t0:.0f} s ({venv}; constraints: "
+          f"{CONSTRAINTS or 'none, pip freeze in resolved-constraints.txt'})")
     return venv
 
 
