@@ -10,8 +10,9 @@ otherwise, no Spark); they are printed and stored under the key "shapes" of the 
 kept). The tables:
 
 - local: ``to_success_s`` is the time to ``_SUCCESS`` (the manifest's ``durations.total``: every stage up to and
-  including the markers), ``commit_job_s`` the wall time of ``commit_job()``, what the caller waits for (also the
-  cleanup after ``_SUCCESS``); the ``x_floor`` columns divide each by the floor, a plain ``os.rename`` loop over
+  including the markers), ``commit_job_s`` the wall time of ``commit_job(defer_cleanup=True)``, what the Airflow
+  commit task waits for (also the cleanup after ``_SUCCESS``: on a local disk one rename into ``_temporary/_trash``;
+  the deletion of the records is the teardown's, ``teardown_trash`` in the stages table); the ``x_floor`` columns divide each by the floor, a plain ``os.rename`` loop over
   the same number of files in the same run. The Hadoop rows are FileOutputCommitter v1/v2 through pyspark
   local[2] (:mod:`benchmarks.spark_peer`) on the same shapes: Spark's own job-commit time, in which Hadoop writes
   ``_SUCCESS`` last, so it fills both columns.
@@ -62,11 +63,17 @@ def to_success(durations: Mapping[str, float]) -> float:
 
 
 def commit(root: str, n: int, tasks: int, algorithm: int | str, **kw: Any) -> tuple[float, dict[str, Any]]:
-    """Prepare a job of *tasks* tasks writing *n* files in all, commit it: (wall seconds, manifest)."""
+    """Prepare a job of *tasks* tasks writing *n* files in all, commit it as the Airflow commit task does
+    (``defer_cleanup=True``): (wall seconds, manifest). The deletion the commit task leaves to the stage's
+    teardown (``remove_trash``, local disks only) is timed after it, as ``durations.teardown_trash``."""
     c, tasks = prepare_job(root, n, algorithm, files_per_task=n // tasks, **kw)
     t0 = time.perf_counter()
-    manifest = c.commit_job(tasks)
-    return time.perf_counter() - t0, manifest
+    manifest = c.commit_job(tasks, defer_cleanup=True)
+    wall = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    c.remove_trash()
+    manifest["durations"]["teardown_trash"] = time.perf_counter() - t1
+    return wall, manifest
 
 
 def median_durations(samples: Iterable[Mapping[str, float]]) -> dict[str, float]:
