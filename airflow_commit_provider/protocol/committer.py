@@ -447,6 +447,12 @@ class FileOutputCommitter(OutputCommitter):
 
     def _new_task_record(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None,
                          sizes: Mapping[str, int] | None) -> TaskCommitRecord:
+        for arg, counts, nullable in (("rows", rows, True), ("sizes", sizes, False)):
+            bad = [rel for rel, n in (counts or {}).items()
+                   if not (n is None and nullable) and (not isinstance(n, int) or isinstance(n, bool) or n < 0)]
+            if bad:   # the caller's mistake, not a corrupt record: named before anything is written
+                raise InvalidOutputSpec(f"commit_task({arg}=...): {bad[0]!r} maps to {counts[bad[0]]!r}, not a "
+                                        f"non-negative integer{' or None' if nullable else ''}")
         files = self.publisher.attempt_files(ta.work_dir, ta.task, dict(rows or {}))
         held = {f.path: f.size for f in files}
         reported = {**{rel: None for rel in rows or {}}, **dict(sizes or {})}

@@ -15,6 +15,7 @@ from airflow_commit_provider.protocol import (
     InvalidOutputSpec,
     JobIncomplete,
     StorageCapabilityError,
+    TaskAttemptWriter,
     read_success_marker,
     run_task_attempt,
 )
@@ -258,3 +259,24 @@ def test_plan_whose_task_record_was_deleted_stops_the_resumed_commit(tmp_path):
     with pytest.raises(CorruptRecord, match="the commit plan names task 0, whose record .* is gone"):
         c.commit_job(1)
     assert sc.read_rows(root) == [] and not os.path.exists(os.path.join(root, "_SUCCESS"))
+
+
+@pytest.mark.parametrize("arg,value", [("rows", "3"), ("rows", -1), ("sizes", None), ("sizes", 1.5)])
+def test_bad_row_or_size_counts_are_the_callers_error_and_write_nothing(tmp_path, arg, value):
+    """A caller's bad count names the argument (it is not a corrupt record), and no record is written: the same
+    attempt then commits with good counts."""
+    c = FileOutputCommitter(str(tmp_path / "out"), "j", mode="append")
+    c.setup_job()
+    ta = c.setup_task(0, 1)
+    w = TaskAttemptWriter(c, ta)
+    w.write(sc.task_table(0, 1))
+    w.close()
+    counts = dict(w.rows if arg == "rows" else w.sizes)
+    counts[next(iter(counts))] = value
+    kwargs = {"sizes": counts} if arg == "sizes" else {}
+    with pytest.raises(InvalidOutputSpec, match=rf"commit_task\({arg}=\.\.\.\)"):
+        c.commit_task(ta, counts if arg == "rows" else w.rows, **kwargs)
+    assert c.recover_task(0) is None
+    c.commit_task(ta, w.rows, sizes=w.sizes)
+    c.commit_job(1)
+    assert len(sc.read_rows(str(tmp_path / "out"))) == len(sc.task_table(0, 1))
