@@ -6,7 +6,6 @@ attempt that had already claimed its commit is left alone (its commit may still 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import records
@@ -17,6 +16,7 @@ from .publish import delete_and_prune
 
 if TYPE_CHECKING:
     from .committer import FileOutputCommitter
+    from .jobrecord import JobRecord
 
 
 def abort_job(c: FileOutputCommitter, *, keep_committed: bool = False) -> dict[str, Any]:
@@ -26,16 +26,16 @@ def abort_job(c: FileOutputCommitter, *, keep_committed: bool = False) -> dict[s
         state = "committed" if c.commit_log() is not None else "absent"
         c.remove_trash()   # a committed job's cleanup, deferred to the teardown
         return {"job_id": c.job_id, "state": state, "aborted": False}
-    if c._plan(job) is not None:
+    if c.commit_plan(job) is not None:
         return {"job_id": c.job_id, "state": "committing", "aborted": False}
-    apps = c._app_attempts(job)
+    apps = c.app_attempts(job)
     inject("abort_job.after_read")
     removed_visible: list[str] = []
     kept: list[int] = []
     kept_uploads: set[str] = set()
     for app in apps:
         committed: set[tuple[int, int]] = set()
-        for rec in c.status_reader.app_records(app, job["job_uuid"]):
+        for rec in c.status_reader.app_records(app, job.job_uuid):
             if superseded(c, job, apps):
                 return stood_down(c)
             if rec.adopted:
@@ -59,18 +59,18 @@ def abort_job(c: FileOutputCommitter, *, keep_committed: bool = False) -> dict[s
             for task, attempt in sorted(attempts_with_trace(c, app) - committed):
                 if superseded(c, job, apps):
                     return stood_down(c)
-                if not c._fail_and_discard(app, task, attempt):
+                if not c.attempts.fail_and_discard(app, task, attempt):
                     # it claimed its commit first: its commit may still finish, so its pending uploads stay too
                     kept_uploads |= c.publisher.pending_uploads(c.layout.attempt_dir(app, task, attempt))
                 inject("abort_job.mid_delete")
     if superseded(c, job, apps):
         return stood_down(c)
-    strays = sorted(c.publisher.strays(c._visible_files(), set(), job["job_uuid"]))
+    strays = sorted(c.publisher.strays(c.visible_files(), set(), job.job_uuid))
     if strays:
         withdraw_markers(c.store, marker_dirs_above(strays))
         delete_and_prune(c.store, strays, c.commit_threads)
     removed_visible += strays
-    removed = len(removed_visible) + c.publisher.abort_external(job["job_uuid"],
+    removed = len(removed_visible) + c.publisher.abort_external(job.job_uuid,
                                                                 kept_uploads if keep_committed else set())
     if keep_committed:
         if apps:
@@ -107,14 +107,14 @@ def attempts_with_trace(c: FileOutputCommitter, app: int) -> set[tuple[int, int]
     return found
 
 
-def superseded(c: FileOutputCommitter, job: Mapping[str, Any], apps: list[int]) -> bool:
+def superseded(c: FileOutputCommitter, job: JobRecord, apps: list[int]) -> bool:
     """Has the job moved on since this abort read it (a clear opened a newer application attempt, a job commit
     fixed its plan, a new generation started)? A teardown that was paused (a zombie teardown) must then stand
     down: what it read describes a run that no longer exists, and acting on it would delete committed data."""
     now = c.job_record()
-    if now is None or now["job_uuid"] != job["job_uuid"] or c._plan(now) is not None:
+    if now is None or now.job_uuid != job.job_uuid or c.commit_plan(now) is not None:
         return True
-    return bool(apps) and c._app_attempts(now)[:1] != apps[:1]
+    return bool(apps) and c.app_attempts(now)[:1] != apps[:1]
 
 
 def stood_down(c: FileOutputCommitter) -> dict[str, Any]:

@@ -25,16 +25,14 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import records
-from .attempts import COMMITTING, FAILED, AttemptLedger
+from .attempts import AttemptLedger
 from .errors import (
-    CommitDenied,
     CommitProtocolError,
-    CorruptRecord,
     InvalidOutputSpec,
     JobAlreadyCommitted,
     JobConfigMismatch,
@@ -50,7 +48,8 @@ from .magic import MultipartPublisher
 from .publish import MovePublisher, Publisher, RenamePublisher, TaskCommitPublisher
 from .status import JobStatus
 from .stores import Store, store_for
-from .taskrecord import TaskCommitRecord
+from .jobrecord import CommitLog, CommitPlan, JobRecord, Replaces
+from .taskattempts import TaskAttemptContext, TaskAttempts, check_number
 
 MODES = ("error", "append", "overwrite", "dynamic")
 _ALGORITHMS: dict[str, int | str] = {"1": 1, "v1": 1, "2": 2, "v2": 2, "magic": "magic"}
@@ -87,28 +86,6 @@ class JobContext:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class TaskAttemptContext:
-    """One task attempt: Hadoop's TaskAttemptID with its work directory (relative to the output root)."""
-
-    job_id: str
-    job_uuid: str
-    app_attempt: int
-    task: int
-    attempt: int
-    work_dir: str
-
-    @property
-    def name(self) -> str:
-        return self.work_dir.rsplit("/", 1)[-1]
-
-
-def _check_number(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidOutputSpec(f"{what} must be a non-negative integer, got {value!r}")
-    return value
 
 
 class OutputCommitter(ABC):
@@ -172,7 +149,7 @@ class FileOutputCommitter(OutputCommitter):
         if self.mode == "dynamic" and not self.partition_by:
             raise InvalidOutputSpec("mode='dynamic' replaces the partitions a job writes, so it needs partition_by")
         if commit_threads is not None:
-            _check_number(commit_threads, "commit_threads")
+            check_number(commit_threads, "commit_threads")
             if commit_threads < 1:
                 raise InvalidOutputSpec("commit_threads must be at least 1")
         self.commit_threads = commit_threads or self.store.default_commit_threads
@@ -182,6 +159,8 @@ class FileOutputCommitter(OutputCommitter):
         #: everything this committer does differently per algorithm and store (:mod:`.publish`)
         self.publisher = publisher_for(self.algorithm, self.store, self.layout, self.job_id, self.commit_threads,
                                        part_size=part_size)
+        #: the task side: set-up, commit decision, abort and recovery of the job's task attempts
+        self.attempts = TaskAttempts(self)
         self.status_reader = JobStatus(self)
 
     @property
@@ -199,15 +178,21 @@ class FileOutputCommitter(OutputCommitter):
         return {"committer": self.committer_name, "algorithm": self.publisher.algorithm, "mode": self.mode,
                 "partition_by": list(self.partition_by)}
 
-    def job_record(self) -> dict[str, Any] | None:
+    def job_record(self) -> JobRecord | None:
         """The current generation's job record, or ``None`` (never set up, or committed and cleaned up)."""
-        return records.read(self.store, self.layout.job_record, "job")
+        return JobRecord.read(self.store, self.layout.job_record)
 
-    def commit_log(self) -> dict[str, Any] | None:
+    def commit_log(self) -> CommitLog | None:
         """The job's commit log (``_commits/<job>.json``): the last committed generation's manifest."""
-        return records.read(self.store, self.layout.commit_log, "commit-log")
+        return CommitLog.read(self.store, self.layout.commit_log)
 
-    def _require_job(self) -> dict[str, Any]:
+    def commit_plan(self, job: JobRecord) -> CommitPlan | None:
+        """The plan of *job*'s commit, once one was fixed (then the job is committing)."""
+        return CommitPlan.read(self.store, self.layout.plan(job.job_uuid))
+
+    def require_job(self) -> JobRecord:
+        """The current generation's job record, with this committer's configuration; :class:`JobNotSetUp` or
+        :class:`JobAlreadyCommitted` when there is none."""
         job = self.job_record()
         if job is None:
             if self.commit_log() is not None:
@@ -219,37 +204,27 @@ class FileOutputCommitter(OutputCommitter):
         self._check_config(job)
         return job
 
-    def _check_config(self, job: Mapping[str, Any]) -> None:
-        recorded = {k: job.get(k) for k in ("committer", "algorithm", "mode", "partition_by")}
-        if recorded != self._config():
+    def _check_config(self, job: JobRecord) -> None:
+        if job.config() != self._config():
             raise JobConfigMismatch(
-                f"job {self.job_id} was set up with {recorded}, but this committer has {self._config()}; "
+                f"job {self.job_id} was set up with {job.config()}, but this committer has {self._config()}; "
                 "a job keeps its committer, algorithm, mode and partitioning across attempts")
 
-    def _app_attempts(self, job: Mapping[str, Any]) -> list[int]:
-        first = int(job["first_app_attempt"])
-        apps = sorted((int(n) for n in self.store.list_dir(self.layout.job_dir) if n.isdigit() and int(n) >= first),
-                      reverse=True)
+    def app_attempts(self, job: JobRecord) -> list[int]:
+        """The generation's application attempts, newest first."""
+        apps = sorted((int(n) for n in self.store.list_dir(self.layout.job_dir)
+                       if n.isdigit() and int(n) >= job.first_app_attempt), reverse=True)
         return [n for n in apps if self.store.exists(self.layout.app_marker(n))]
 
-    def current_app_attempt(self, job: Mapping[str, Any] | None = None) -> int:
+    def current_app_attempt(self, job: JobRecord | None = None) -> int:
         """The newest application attempt of the current generation."""
-        job = job or self._require_job()
-        apps = self._app_attempts(job)
+        job = job or self.require_job()
+        apps = self.app_attempts(job)
         if not apps:
             raise JobNotSetUp(f"job {self.job_id} has no application attempt; run setup_job() first")
         return apps[0]
 
-    def _plan(self, job: Mapping[str, Any]) -> dict[str, Any] | None:
-        return records.read(self.store, self.layout.plan(job["job_uuid"]), "commit-plan")
-
-    def _task_record(self, app: int, task: int, job_uuid: str) -> TaskCommitRecord | None:
-        """The task's commit record in application attempt *app*, if it belongs to generation *job_uuid*: a zombie
-        of a purged generation may have written one into a directory a later generation reuses."""
-        rec = TaskCommitRecord.read(self.store, self.layout.task_record(app, task))
-        return rec if rec is not None and rec.job_uuid == job_uuid else None
-
-    def _visible_files(self) -> set[str]:
+    def visible_files(self) -> set[str]:
         """Data files readers would see (names starting with ``_`` or ``.`` excluded)."""
         return {rel for rel, _ in self.store.list_files("", visible_only=True)}
 
@@ -274,59 +249,59 @@ class FileOutputCommitter(OutputCommitter):
         if job is None:
             job = self._create_job_record([check_relative(f) for f in replace_files], replace_first)
         self._check_config(job)
-        plan = self._plan(job)
+        plan = self.commit_plan(job)
         if plan is not None:
-            return self._job_context(job, int(plan["app_attempt"]), "committing")
-        apps = self._app_attempts(job)
-        app = apps[0] + 1 if apps else int(job["first_app_attempt"])
+            return self._job_context(job, plan.app_attempt, "committing")
+        apps = self.app_attempts(job)
+        app = apps[0] + 1 if apps else job.first_app_attempt
         while not self.store.create_exclusive(
                 self.layout.app_marker(app),
-                records.dumps("app-attempt", {"app_attempt": app, "job_uuid": job["job_uuid"],
+                records.dumps("app-attempt", {"app_attempt": app, "job_uuid": job.job_uuid,
                                               "started": records.now_iso(), "labels": self.labels})):
             app += 1
         inject("setup_job.after_app_attempt")
         return self._job_context(job, app, "running")
 
-    def _job_context(self, job: Mapping[str, Any], app: int, state: str) -> JobContext:
-        return JobContext(job_id=self.job_id, job_uuid=job["job_uuid"], generation=int(job["generation"]),
-                          app_attempt=app, first_app_attempt=int(job["first_app_attempt"]), state=state)
+    def _job_context(self, job: JobRecord, app: int, state: str) -> JobContext:
+        return JobContext(job_id=self.job_id, job_uuid=job.job_uuid, generation=job.generation,
+                          app_attempt=app, first_app_attempt=job.first_app_attempt, state=state)
 
     def _check_target(self) -> None:
         if self.store.exists("") and not self.store.isdir(""):
             raise InvalidOutputSpec(f"output root {self.store.url()} is a file, not a directory")
 
-    def _create_job_record(self, replace_files: list[str], replace_first: bool) -> dict[str, Any]:
+    def _create_job_record(self, replace_files: list[str], replace_first: bool) -> JobRecord:
         log = self.commit_log()
         replaces = None
         generation, first_app = 0, 0
         if log is not None:
-            generation = int(log["generation"]) + 1
-            first_app = int(log["app_attempt"]) + 1
-            replaces = {"job_uuid": log["job_uuid"], "generation": log["generation"],
-                        "files": [f["path"] for f in log["files"]]}
+            generation, first_app = log.generation + 1, log.app_attempt + 1
+            replaces = Replaces(log.job_uuid, log.generation, tuple(f["path"] for f in log.files))
         # Never reuse an application attempt directory a zombie of a purged generation may have re-created.
         first_app = max([first_app] + [int(n) + 1 for n in self.store.list_dir(self.layout.job_dir) if n.isdigit()])
         if self.mode == "error":
-            self._check_empty(set(replaces["files"]) if replaces else set())
+            self.check_empty(set(replaces.files) if replaces else set())
         self.store.ensure_root()
-        body = {**self._config(), "job_id": self.job_id, "job_uuid": str(uuid.uuid4()), "generation": generation,
-                "first_app_attempt": first_app, "created": records.now_iso(), "labels": self.labels,
-                "replaces": replaces, "replace_files": replace_files, "replace_first": replace_first}
-        self.store.create_exclusive(self.layout.job_record, records.dumps("job", body))
+        config = self._config()
+        record = JobRecord(config["committer"], config["algorithm"], self.mode, self.partition_by, self.job_id,
+                           str(uuid.uuid4()), generation, first_app, records.now_iso(), self.labels, replaces,
+                           tuple(replace_files), replace_first)
+        self.store.create_exclusive(self.layout.job_record, record.to_json())
         job = self.job_record()
         if job is None:  # pragma: no cover - created just above, or by a concurrent setup
             raise CommitProtocolError(f"job record {self.store.url(self.layout.job_record)} vanished")
         return job
 
-    def _check_empty(self, own_files: set[str], visible: set[str] | None = None) -> None:
-        others = sorted((self._visible_files() if visible is None else visible) - own_files)
+    def check_empty(self, own_files: set[str], visible: set[str] | None = None) -> None:
+        """:class:`InvalidOutputSpec` when the target holds data files other than *own_files* (mode ``error``)."""
+        others = sorted((self.visible_files() if visible is None else visible) - own_files)
         if others:
             shown = ", ".join(others[:5]) + (" ..." if len(others) > 5 else "")
             raise InvalidOutputSpec(
                 f"output {self.store.url()} already holds {len(others)} data file(s) ({shown}) and mode is 'error'; "
                 "use mode='append', 'overwrite' or 'dynamic' to write there")
 
-    # ------------------------------------------------------------------ task attempts
+    # ------------------------------------------------------------------ task attempts (:mod:`.taskattempts`)
     def setup_task(self, task: int, attempt: int) -> TaskAttemptContext:
         """Create the work directory of one task attempt in the current application attempt.
 
@@ -335,33 +310,12 @@ class FileOutputCommitter(OutputCommitter):
         files removed: a new Airflow try means the earlier one was killed or lost, and if it is in fact a zombie
         still running, it can no longer commit. Attempt numbers must grow (Airflow's try numbers do).
         """
-        _check_number(task, "task")
-        _check_number(attempt, "attempt")
-        job = self._require_job()
-        app = self.current_app_attempt(job)
-        ta = TaskAttemptContext(self.job_id, job["job_uuid"], app, task, attempt,
-                                self.layout.attempt_dir(app, task, attempt))
-        self.ledger.start(app, task, attempt)
-        for trace in self.ledger.traces(app, task):
-            if trace.attempt < attempt and trace.fate is None:
-                self._fail_and_discard(app, task, trace.attempt)
-        self.store.makedirs(ta.work_dir)
-        inject("setup_task.after_dir")
-        return ta
-
-    def _fail_and_discard(self, app: int, task: int, attempt: int) -> bool:
-        """Record the attempt failed, then remove its files; ``False`` (nothing removed) when it had claimed its
-        commit first: a commit in flight is never emptied."""
-        if self.ledger.claim(app, task, attempt, FAILED) != FAILED:
-            return False
-        self._discard_dir(self.layout.attempt_dir(app, task, attempt))
-        return True
+        return self.attempts.setup(task, attempt)
 
     def needs_task_commit(self, ta: TaskAttemptContext) -> bool:
         """Every attempt needs a commit record, even with no files (job commit counts tasks, I3); ``False``
         only when this very attempt is already recorded as the task's committer."""
-        rec = self._task_record(ta.app_attempt, ta.task, ta.job_uuid)
-        return not (rec is not None and rec.attempt == ta.attempt)
+        return self.attempts.needs_commit(ta)
 
     def commit_task(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None = None, *,
                     sizes: Mapping[str, int] | None = None) -> dict[str, Any]:
@@ -374,113 +328,12 @@ class FileOutputCommitter(OutputCommitter):
         fate was claimed ``committing``; everything after it (rename, moves) is an effect any later party can
         finish from the record. Asking again as the winner returns the record.
         """
-        inject("commit_task.before_record")
-        job = self._require_job()
-        if ta.job_uuid != job["job_uuid"]:
-            self._discard_attempt(ta)
-            raise CommitDenied(f"task attempt {ta.name} belongs to job generation {ta.job_uuid}, the job is now "
-                               f"{job['job_uuid']}; its files were removed", task=ta.task, attempt=ta.attempt)
-        plan = self._plan(job)
-        if plan is not None:
-            rec = self._task_record(plan["app_attempt"], ta.task, ta.job_uuid) if ta.task in plan["tasks"] else None
-            if rec is not None and rec.attempt == ta.attempt and rec.app_attempt == ta.app_attempt:
-                return rec.to_doc()
-            self._discard_attempt(ta)
-            raise CommitDenied(f"job {self.job_id} is already committing; task {ta.task} is committed by "
-                               f"{rec and rec.attempt}", task=ta.task, attempt=ta.attempt,
-                               winner=rec and rec.to_doc())
-        current = self.current_app_attempt(job)
-        if ta.app_attempt != current:
-            # A zombie of an older application attempt. Its commit could only land in that attempt's directory
-            # (which job commit ignores) -- or, with v2, replace the current winner's visible files: refuse it.
-            self._discard_attempt(ta)
-            raise CommitDenied(f"task attempt {ta.name} belongs to application attempt {ta.app_attempt}, the job "
-                               f"is now in application attempt {current}; its files were removed",
-                               task=ta.task, attempt=ta.attempt)
-        fate = self.ledger.claim(ta.app_attempt, ta.task, ta.attempt, COMMITTING)
-        inject("commit_task.after_claim")
-        if fate == FAILED:
-            # whoever recorded it failed removes its files (or has); removing them again is harmless
-            self._discard_attempt(ta)
-            raise CommitDenied(f"task attempt {ta.name} was recorded as failed (by its own abort, a newer try of "
-                               "the task, or the failed run's teardown) and cannot commit; its files were removed",
-                               task=ta.task, attempt=ta.attempt, attempt_failed=True)
-        rec_path = self.layout.task_record(ta.app_attempt, ta.task)
-        existing = self._task_record(ta.app_attempt, ta.task, ta.job_uuid)
-        if existing is None:
-            data = self._new_task_record(ta, rows, sizes).to_json()
-            mine = TaskCommitRecord.from_json(data, rec_path)  # as any reader will see it, checked before it exists
-            if self.store.create_exclusive(rec_path, data):
-                existing = mine
-                inject("commit_task.after_record")
-            else:
-                existing = self._task_record(ta.app_attempt, ta.task, ta.job_uuid)
-        if existing is None:
-            raise CorruptRecord(f"task record {self.store.url(rec_path)} belongs to another job generation")
-        self.publisher.complete_task_commit(existing)
-        if existing.attempt != ta.attempt or existing.adopted:
-            self._discard_attempt(ta)
-            raise CommitDenied(
-                f"task {ta.task} of job {self.job_id} was already committed by attempt {existing.attempt} "
-                f"(application attempt {existing.app_attempt}); attempt {ta.attempt}'s files were removed",
-                task=ta.task, attempt=ta.attempt, winner=existing.to_doc())
-        inject("commit_task.after_move")
-        return existing.to_doc()
+        return self.attempts.commit(ta, rows, sizes)
 
     def open_task_file(self, ta: TaskAttemptContext, rel: str) -> Any:
         """A writable binary file for *rel* (relative to the output root) in task attempt *ta* (the magic committer
         gives a pending multipart upload to the final key)."""
         return self.publisher.open_task_file(ta.work_dir, rel)
-
-    def _discard_attempt(self, ta: TaskAttemptContext) -> None:
-        """Remove everything a (denied, failed or stale) attempt wrote -- unless it is the committed attempt of its
-        application attempt: where the record alone commits (object stores, magic), its directory holds the
-        committed data that a later application attempt's recovery points at, and a stale winner asking again
-        (a zombie of that attempt) must not delete it."""
-        rec = self._task_record(ta.app_attempt, ta.task, ta.job_uuid)
-        if rec is not None and rec.attempt == ta.attempt and not rec.adopted:
-            return
-        self._discard_dir(ta.work_dir)
-
-    def _discard_dir(self, work_dir: str) -> None:
-        self.publisher.discard(work_dir)
-
-    def _new_task_record(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None,
-                         sizes: Mapping[str, int] | None) -> TaskCommitRecord:
-        for arg, counts, nullable in (("rows", rows, True), ("sizes", sizes, False)):
-            bad = [rel for rel, n in (counts or {}).items()
-                   if not (n is None and nullable) and (not isinstance(n, int) or isinstance(n, bool) or n < 0)]
-            if bad:   # the caller's mistake, not a corrupt record: named before anything is written
-                raise InvalidOutputSpec(f"commit_task({arg}=...): {bad[0]!r} maps to {counts[bad[0]]!r}, not a "
-                                        f"non-negative integer{' or None' if nullable else ''}")
-        files = self.publisher.attempt_files(ta.work_dir, ta.task, dict(rows or {}))
-        held = {f.path: f.size for f in files}
-        reported = {**{rel: None for rel in rows or {}}, **dict(sizes or {})}
-        wrong = sorted(rel for rel, size in reported.items()
-                       if rel not in held or (size is not None and held[rel] != size))
-        if wrong:
-            self.ledger.overrule(ta.app_attempt, ta.task, ta.attempt)
-            self._discard_attempt(ta)
-            shown = ", ".join(f"{rel} ({'missing' if rel not in held else f'{held[rel]} bytes, not {reported[rel]}'})"
-                              for rel in wrong[:5])
-            raise CommitDenied(f"task attempt {ta.name} reported {len(reported)} file(s) but its directory does not "
-                               f"hold {len(wrong)} of them as written: {shown}. Something removed or changed them "
-                               "(a teardown, a cleanup, a newer try); the attempt is recorded failed and cannot "
-                               "commit", task=ta.task, attempt=ta.attempt, attempt_failed=True)
-        clobbered = self.publisher.clobbered([f.path for f in files])
-        # files of another attempt of this task that won meanwhile (a zombie's race) are not a clobber: the record
-        # creation below then fails and this attempt is denied with the winner
-        if clobbered and self._task_record(ta.app_attempt, ta.task, ta.job_uuid) is None:
-            self.ledger.overrule(ta.app_attempt, ta.task, ta.attempt)
-            self._discard_dir(ta.work_dir)
-            raise InvalidOutputSpec(f"task attempt {ta.name} would replace {len(clobbered)} visible file(s) at its "
-                                    f"task commit ({', '.join(clobbered[:3])}); file names must be unique across "
-                                    "tasks and jobs (keep the default names, which carry the job uuid). The "
-                                    "attempt is recorded failed; nothing visible changed")
-        data_dir = self.publisher.data_dir(ta.app_attempt, ta.work_dir)
-        return TaskCommitRecord(job_id=self.job_id, job_uuid=ta.job_uuid, task=ta.task, attempt=ta.attempt,
-                                app_attempt=ta.app_attempt, work_dir=ta.work_dir, data_dir=data_dir,
-                                recovered_from_app=None, committed=records.now_iso(), files=tuple(files))
 
     def abort_task(self, ta: TaskAttemptContext) -> bool:
         """Mark the attempt failed, so it can never commit, and delete its files.
@@ -488,14 +341,8 @@ class FileOutputCommitter(OutputCommitter):
         Returns ``False`` and changes nothing when the attempt had already started to commit (its claim is
         ``committing``): a commit in flight wins over a late abort, and a denied commit removes its own files.
         """
-        if self.ledger.claim(ta.app_attempt, ta.task, ta.attempt, FAILED) != FAILED:
-            return False
-        inject("abort_task.after_marker")
-        self._discard_attempt(ta)
-        inject("abort_task.mid_delete")
-        return True
+        return self.attempts.abort(ta)
 
-    # ------------------------------------------------------------------ recovery
     def recover_task(self, task: int) -> dict[str, Any] | None:
         """The task's commit record in the current application attempt, adopting one from an earlier attempt.
 
@@ -503,35 +350,16 @@ class FileOutputCommitter(OutputCommitter):
         earlier attempt's committed data, so recovery is one atomic step with no data moved (no copy on S3).
         ``None`` when no application attempt of this generation committed the task.
         """
-        _check_number(task, "task")
-        job = self._require_job()
-        app = self.current_app_attempt(job)
-        rec = self._recover(job, app, task)
+        check_number(task, "task")
+        job = self.require_job()
+        rec = self.attempts.recover(job, self.current_app_attempt(job), task)
         return None if rec is None else rec.to_doc()
 
-    def _recover(self, job: Mapping[str, Any], app: int, task: int,
-                 apps: Sequence[int] | None = None) -> TaskCommitRecord | None:
-        """*apps*: the generation's application attempts, newest first, when the caller listed them already."""
-        rec = self._task_record(app, task, job["job_uuid"])
-        if rec is not None:
-            return rec
-        for old_app in self._app_attempts(job) if apps is None else apps:
-            if old_app >= app:
-                continue
-            old = self._task_record(old_app, task, job["job_uuid"])
-            if old is None:
-                continue
-            self.publisher.complete_task_commit(old)
-            inject("recover_task.before_record")
-            self.store.create_exclusive(self.layout.task_record(app, task), old.adopted_by(app).to_json())
-            inject("recover_task.after_record")
-            return self._task_record(app, task, job["job_uuid"])
-        return None
-
     # ------------------------------------------------------------------ job commit
-    def _registered_tasks(self, job: Mapping[str, Any]) -> set[int]:
+    def registered_tasks(self, job: JobRecord) -> set[int]:
+        """Every task that set up an attempt or has a record in the generation (``commit_job()`` without tasks)."""
         tasks: set[int] = set()
-        for app in self._app_attempts(job):
+        for app in self.app_attempts(job):
             for name in self.store.list_dir(self.layout.commits_dir(app)):
                 if name.startswith("task_") and name.endswith(".json"):
                     tasks.add(int(name[5:-5]))
@@ -558,14 +386,16 @@ class FileOutputCommitter(OutputCommitter):
                 raise JobNotSetUp(f"job {self.job_id} was never set up at {self.store.url()}")
             if not defer_cleanup:
                 self.remove_trash()   # a cleanup deferred, or killed midway, by an earlier call
-            return self._committed_manifest(log)
+            # Nothing is written: _SUCCESS was written before the job record went, and if it is gone now a later
+            # job withdrew it; writing it back would describe a directory that has changed since (I9).
+            return dict(log.manifest)
         self._check_config(job)
         if expected_tasks is None:
             tasks = None
         elif isinstance(expected_tasks, int) and not isinstance(expected_tasks, bool):
-            tasks = list(range(_check_number(expected_tasks, "expected_tasks")))
+            tasks = list(range(check_number(expected_tasks, "expected_tasks")))
         else:
-            tasks = sorted({_check_number(t, "task") for t in expected_tasks})
+            tasks = sorted({check_number(t, "task") for t in expected_tasks})
         return run_job_commit(self, job, tasks, clock, defer_cleanup)
 
     def remove_trash(self) -> int:
@@ -580,25 +410,15 @@ class FileOutputCommitter(OutputCommitter):
             self.store.remove_dir_if_empty(TEMPORARY)
         return len(names)
 
-    def _committed_manifest(self, log: Mapping[str, Any]) -> dict[str, Any]:
-        """Job already committed and cleaned up: its manifest, from the commit log.
-
-        Nothing is written: ``_SUCCESS`` was written before the job record went, and if it is gone now a later job
-        withdrew it; writing it back would describe a directory that has changed since (I9).
-        """
-        return {k: v for k, v in log.items() if k not in ("format", "version", "history")}
-
     def committed_task_record(self, task: int) -> dict[str, Any]:
         """A committed job's record of one task, rebuilt from the commit log (the live records are cleaned up)."""
         log = self.commit_log()
         if log is None:
             raise JobNotSetUp(f"job {self.job_id} has no commit log at {self.store.url(self.layout.commit_log)}")
-        info = next((t for t in log["tasks"] if t["task"] == task), None)
-        if info is None:
+        rec = log.task_record(task)
+        if rec is None:
             raise JobIncomplete(f"committed job {self.job_id} has no task {task}", [task])
-        return {"job_id": self.job_id, "job_uuid": log["job_uuid"], "task": task, "attempt": info["attempt"],
-                "app_attempt": info["app_attempt"], "recovered_from_app": info["recovered_from_app"],
-                "files": [f for f in log["files"] if f["task"] == task], "from_commit_log": True}
+        return rec
 
     # ------------------------------------------------------------------ status and abort
     def status(self) -> dict[str, Any]:

@@ -65,15 +65,15 @@ def merge_group(writer: TaskAttemptWriter, group: list[str], store: Store) -> No
 
 def compact(committer: FileOutputCommitter, attempt: int, target_size: int = 128 * 2**20) -> dict[str, Any]:
     """Run (or resume) a compaction job; *attempt* numbers this run's task attempts (an Airflow try number)."""
-    job = committer.job_record()
-    if job is None and committer.commit_log() is not None:
-        return {"state": "committed", **committer.commit_log()}  # a retry after the commit: nothing to redo
+    job, log = committer.job_record(), committer.commit_log()
+    if job is None and log is not None:
+        return {"state": "committed", **log.to_doc()}  # a retry after the commit: nothing to redo
     inputs = plan_groups(small_parquet_files(committer.store), target_size) if job is None else None
     ctx = committer.setup_job(replace_files=[f for g in inputs for f in g] if inputs is not None else (),
                               replace_first=True)
     job = committer.job_record()
     assert job is not None
-    replace = job["replace_files"]
+    replace = job.replace_files
     wanted = set(replace)
     sizes = {rel: size for rel, size in committer.store.list_files("", visible_only=True) if rel in wanted}
     groups = plan_groups(sizes, target_size) if ctx.state == "running" else []

@@ -18,7 +18,7 @@ import os
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -31,6 +31,7 @@ from .parallel import parallel
 from .paths import partition_of
 from .publish import delete_and_prune
 from .stores import Store
+from .jobrecord import CommitLog, CommitPlan, JobRecord
 from .taskrecord import TaskCommitRecord
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ class JobCommitRun:
     """What every stage of one job commit shares: the committer, the job record, and the clock."""
 
     committer: FileOutputCommitter
-    job: Mapping[str, Any]
+    job: JobRecord
     clock: StageClock
     started: str
     resumed: bool = False
@@ -88,9 +89,9 @@ class JobCommitRun:
 
 @dataclass
 class Plan:
-    """The commit plan (its JSON is the plan record) and the task records it fixed, in task order."""
+    """The commit plan record and the task records it fixed, in task order."""
 
-    doc: Mapping[str, Any]
+    fixed: CommitPlan
     recs: list[TaskCommitRecord] = field(default_factory=list)
 
 
@@ -134,7 +135,7 @@ class RecoverTasks(Stage[Sequence[int], dict[int, TaskCommitRecord]]):
 
     def apply(self, tasks: Sequence[int]) -> dict[int, TaskCommitRecord]:
         c, job = self.c, self.run.job
-        apps = c._app_attempts(job)
+        apps = c.app_attempts(job)
         app = c.current_app_attempt(job)
         # one listing says which tasks have a record in the current application attempt (records are never
         # rewritten, only added): those are read straight; only the others look into earlier attempts
@@ -145,9 +146,9 @@ class RecoverTasks(Stage[Sequence[int], dict[int, TaskCommitRecord]]):
         def recover(task: int) -> None:
             rec = None
             if f"{task_name(task)}.json" in present:
-                rec = c._task_record(app, task, job["job_uuid"])
+                rec = c.attempts.record(app, task, job.job_uuid)
             if rec is None:
-                rec = c._recover(job, app, task, apps)
+                rec = c.attempts.recover(job, app, task, apps)
             if rec is None:
                 missing.append(task)
             else:
@@ -184,12 +185,12 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
     def apply(self, recs: dict[int, TaskCommitRecord]) -> Plan:
         c, job = self.c, self.run.job
         dsts = {f.path for rec in recs.values() for f in rec.files}
-        replaced = set((job.get("replaces") or {}).get("files", []))
-        replace_files = set(job.get("replace_files") or [])  # e.g. the small files a compaction merged
-        visible = c._visible_files()
-        strays = c.publisher.strays(visible, dsts, job["job_uuid"])
+        replaced = job.replaced_files
+        replace_files = set(job.replace_files)  # e.g. the small files a compaction merged
+        visible = c.visible_files()
+        strays = c.publisher.strays(visible, dsts, job.job_uuid)
         if c.mode == "error":
-            c._check_empty(replaced | dsts | strays, visible)
+            c.check_empty(replaced | dsts | strays, visible)
         deletions: set[str] = set()
         if c.mode == "overwrite":
             deletions = set(visible)
@@ -209,17 +210,16 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
         winners = {(r.committed_in_app, r.task): r.attempt for r in recs.values()}
         history = {str(t): h for t, h in c.status_reader.attempt_history(job, winners).items()
                    if h["failed_attempts"] or h["denied_attempts"] or h["unfinished_attempts"]}
-        doc = {"job_id": c.job_id, "job_uuid": job["job_uuid"], "app_attempt": c.current_app_attempt(job),
-               "started": self.run.started, "tasks": sorted(recs), "deletions": sorted(deletions),
-               "withdraw": sorted(withdraw), "attempt_history": history}
-        if not c.store.create_exclusive(c.layout.plan(job["job_uuid"]), records.dumps("commit-plan", doc)):
-            stored = c._plan(job)
+        plan = CommitPlan(c.job_id, job.job_uuid, c.current_app_attempt(job), self.run.started, tuple(sorted(recs)),
+                          tuple(sorted(deletions)), tuple(sorted(withdraw)), history)
+        if not c.store.create_exclusive(c.layout.plan(job.job_uuid), plan.to_json()):
+            stored = c.commit_plan(job)
             assert stored is not None
             return Plan(stored, planned_records(c, stored))
-        return Plan(doc, list(recs.values()))
+        return Plan(plan, list(recs.values()))
 
     def counts(self, out: Plan) -> dict[str, int]:
-        return {"deletions": len(out.doc["deletions"]), "markers": len(out.doc.get("withdraw", []))}
+        return {"deletions": len(out.fixed.deletions), "markers": len(out.fixed.withdraw)}
 
 
 class WithdrawMarkers(Stage[Plan, Plan]):
@@ -230,7 +230,7 @@ class WithdrawMarkers(Stage[Plan, Plan]):
     fault = "commit_job.after_withdraw"
 
     def apply(self, plan: Plan) -> Plan:
-        withdraw_markers(self.c.store, plan.doc.get("withdraw", [""]))
+        withdraw_markers(self.c.store, plan.fixed.withdraw)
         return plan
 
 
@@ -243,10 +243,10 @@ class Publish(Stage[Plan, int]):
     fault = "commit_job.after_moves"
 
     def apply(self, plan: Plan) -> int:
-        if self.run.job.get("replace_first"):
-            delete_and_prune(self.c.store, plan.doc["deletions"], self.c.commit_threads)
+        if self.run.job.replace_first:
+            delete_and_prune(self.c.store, plan.fixed.deletions, self.c.commit_threads)
         renamed = self.c.publisher.publish(plan.recs)
-        self.c.publisher.after_publish(self.run.job["job_uuid"], plan.recs)
+        self.c.publisher.after_publish(self.run.job.job_uuid, plan.recs)
         return renamed
 
     def counts(self, out: int) -> dict[str, int]:
@@ -260,9 +260,9 @@ class DeleteOld(Stage[Plan, int]):
     fault = "commit_job.after_deletes"
 
     def apply(self, plan: Plan) -> int:
-        if not self.run.job.get("replace_first"):
-            delete_and_prune(self.c.store, plan.doc["deletions"], self.c.commit_threads)
-        return len(plan.doc["deletions"])
+        if not self.run.job.replace_first:
+            delete_and_prune(self.c.store, plan.fixed.deletions, self.c.commit_threads)
+        return len(plan.fixed.deletions)
 
     def counts(self, out: int) -> dict[str, int]:
         return {"files": out}
@@ -281,16 +281,8 @@ class SaveCommitLog(Stage[tuple[Plan, int], dict[str, Any]]):
         manifest = build_manifest(c, job, plan, self.run.resumed)
         manifest["diagnostics"]["directories_renamed"] = renamed
         previous = c.commit_log()
-        history = []
-        if previous is not None and previous["job_uuid"] != job["job_uuid"]:
-            history = previous.get("history", []) + [{k: previous.get(k) for k in (
-                "job_uuid", "generation", "app_attempt", "finished", "totals")}]
-        elif previous is not None:
-            history = previous.get("history", [])
-        files = manifest.pop("files")
-        c.store.write_bytes(c.layout.commit_log, records.dumps("commit-log", {**manifest, "history": history},
-                                                               files=records.encode(files)))
-        manifest["files"] = files
+        log = CommitLog(manifest) if previous is None else previous.followed_by(manifest)
+        c.store.write_bytes(c.layout.commit_log, log.to_json())
         return manifest
 
     def counts(self, out: dict[str, Any]) -> dict[str, int]:
@@ -339,7 +331,7 @@ class Cleanup(Stage[dict[str, Any], dict[str, Any]]):
         return manifest
 
 
-def build_manifest(c: FileOutputCommitter, job: Mapping[str, Any], plan: Plan, resumed: bool) -> dict[str, Any]:
+def build_manifest(c: FileOutputCommitter, job: JobRecord, plan: Plan, resumed: bool) -> dict[str, Any]:
     """The ``_SUCCESS`` document of a job commit, from its plan and records (durations are added last)."""
     recs = plan.recs
     files = sorted(({"path": f.path, "size": f.size, "rows": f.rows, "task": rec.task}
@@ -350,13 +342,13 @@ def build_manifest(c: FileOutputCommitter, job: Mapping[str, Any], plan: Plan, r
         warnings.append(f"algorithm {c.publisher.label}: each task's files became visible at its task commit, "
                         "before job commit; readers during the job could see partial output")
     partitions = sorted({partition_of(f["path"]) for f in files} - {""})
-    history = plan.doc.get("attempt_history", {})
+    history = plan.fixed.attempt_history
     empty = {"failed_attempts": [], "denied_attempts": [], "unfinished_attempts": []}
     return {
         "committer": c.committer_name, "algorithm": c.publisher.algorithm, "mode": c.mode,
-        "partition_by": list(c.partition_by), "job_id": c.job_id, "job_uuid": job["job_uuid"],
-        "generation": job["generation"], "app_attempt": plan.doc["app_attempt"], "labels": job.get("labels", {}),
-        "started": plan.doc["started"], "finished": records.now_iso(), "output": c.store.url(),
+        "partition_by": list(c.partition_by), "job_id": c.job_id, "job_uuid": job.job_uuid,
+        "generation": job.generation, "app_attempt": plan.fixed.app_attempt, "labels": dict(job.labels),
+        "started": plan.fixed.started, "finished": records.now_iso(), "output": c.store.url(),
         "files": files,
         "totals": {"files": len(files), "bytes": sum(f["size"] for f in files),
                    "rows": sum(r for r in rows if r is not None) if None not in rows else None,
@@ -365,22 +357,22 @@ def build_manifest(c: FileOutputCommitter, job: Mapping[str, Any], plan: Plan, r
         "tasks": [{"task": r.task, "attempt": r.attempt, "app_attempt": r.app_attempt,
                    "recovered_from_app": r.recovered_from_app, "files": len(r.files),
                    **{**empty, **history.get(str(r.task), {})}} for r in recs],
-        "deleted": {"files": len(plan.doc["deletions"])},
-        "replaced_generation": (job.get("replaces") or {}).get("job_uuid"),
+        "deleted": {"files": len(plan.fixed.deletions)},
+        "replaced_generation": job.replaces.job_uuid if job.replaces else None,
         "durations": {},
         "diagnostics": {"resumed": resumed, "commit_threads": c.commit_threads, "store": c.store.protocol,
                         "visibility": c.publisher.visibility, "warnings": warnings, "pid": os.getpid()},
     }
 
 
-def run_job_commit(c: FileOutputCommitter, job: Mapping[str, Any], tasks: Sequence[int] | None,
+def run_job_commit(c: FileOutputCommitter, job: JobRecord, tasks: Sequence[int] | None,
                    clock: StageClock, defer_cleanup: bool = False) -> dict[str, Any]:
     """Run the stages: from the start, or, when a plan exists (a crashed commit), from the withdrawal on."""
     run = JobCommitRun(c, job, clock, records.now_iso(), defer_cleanup=defer_cleanup)
-    stored = c._plan(job)
+    stored = c.commit_plan(job)
     if stored is None:
         if tasks is None:
-            tasks = sorted(c._registered_tasks(job))
+            tasks = sorted(c.registered_tasks(job))
         plan = FixPlan(run)(RecoverTasks(run)(tasks))
     else:
         run.resumed = True
@@ -400,13 +392,13 @@ def run_job_commit(c: FileOutputCommitter, job: Mapping[str, Any], tasks: Sequen
     return manifest
 
 
-def planned_records(c: FileOutputCommitter, plan: Mapping[str, Any]) -> list[TaskCommitRecord]:
+def planned_records(c: FileOutputCommitter, plan: CommitPlan) -> list[TaskCommitRecord]:
     """The task records a plan fixed (records in an application attempt are never rewritten)."""
     recs = []
-    for task in plan["tasks"]:
-        rec = c._task_record(plan["app_attempt"], task, plan["job_uuid"])
+    for task in plan.tasks:
+        rec = c.attempts.record(plan.app_attempt, task, plan.job_uuid)
         if rec is None:
             raise CorruptRecord(f"job {c.job_id}: the commit plan names task {task}, whose record "
-                                f"{c.store.url(c.layout.task_record(plan['app_attempt'], task))} is gone")
+                                f"{c.store.url(c.layout.task_record(plan.app_attempt, task))} is gone")
         recs.append(rec)
     return recs

@@ -1,19 +1,7 @@
 """Where a job's pieces live under the output root: Hadoop's FileOutputCommitter layout, scoped per job.
 
-::
-
-    <out>/_temporary/<job>/_job.json                                  job record
-    <out>/_temporary/<job>/<app>/_app.json                            application attempt marker
-    <out>/_temporary/<job>/<app>/_temporary/attempt_<task>_<try>/...  task attempt work directory
-    <out>/_temporary/<job>/<app>/_committed/...                       committed tasks' files (algorithm 1, local)
-    <out>/_temporary/<job>/<app>/_commits/task_<task>.json            task commit record
-    <out>/_temporary/<job>/<app>/_attempts/attempt_<task>_<try>       attempt fate (committing / failed, exclusive)
-    <out>/_temporary/<job>/<app>/_attempts/attempt_<task>_<try>.started  the attempt was set up
-    <out>/_temporary/<job>/<app>/_aborted.json                        the failed run's teardown ran
-    <out>/_temporary/<job>/_commit_plan_<uuid>.json                   job commit plan
-    <out>/_temporary/_trash/<job>.<uuid>/                             a committed job's records, renamed away
-    <out>/_commits/<job>.json                                         job commit log
-    <out>/_SUCCESS                                                    manifest, written last
+Every path is a name of :class:`JobLayout`; the README's design section ("Layout") draws the tree once, and
+``tests/protocol/test_structure.py`` checks that drawing against this class.
 
 Hadoop puts ``<app>`` straight under ``_temporary``, so two jobs on one target share and delete each other's
 directories (MAPREDUCE-7378); the ``<job>`` level removes that.

@@ -3,20 +3,27 @@
 Nothing about a job lives in process memory or in Airflow's XCom: any process that can read the output root can
 tell what is committed, which is what lets a retry, a cleared DAG run or a zombie act safely.
 
-=====================  =================================================  ========================================
-record                 where                                              written
-=====================  =================================================  ========================================
-job record             ``_temporary/<job>/_job.json``                     once per generation (exclusive create)
-app-attempt marker     ``_temporary/<job>/<app>/_app.json``               once per application attempt (exclusive)
-attempt claim          ``_temporary/<job>/<app>/_attempts/<attempt>``     exclusive: ``committing`` or ``failed``
-task commit record     ``_temporary/<job>/<app>/_commits/<task>.json``    exclusive: **the commit decision**
-commit plan            ``_temporary/<job>/_commit_plan_<uuid>.json``      once, before the first move of job commit
-commit log             ``_commits/<job>.json``                            at job commit; outlives ``_temporary``
-``_SUCCESS``           ``_SUCCESS`` (and ``<partition>/_SUCCESS``)          last
-=====================  =================================================  ========================================
+==================  ===============================  =========================================
+record              where (JobLayout)                written
+==================  ===============================  =========================================
+job record          ``job_record``                   once per generation (exclusive create)
+app-attempt marker  ``app_marker(app)``              once per application attempt (exclusive)
+attempt claim       ``attempt_claim(app, t, a)``     exclusive: ``committing`` or ``failed``
+task commit record  ``task_record(app, t)``          exclusive: **the commit decision**
+commit plan         ``plan(job_uuid)``               once, before the first move of job commit
+abort record        ``abort_record(app)``            by the failed run's teardown
+commit log          ``commit_log``                   at job commit; outlives ``_temporary``
+``_SUCCESS``        ``SUCCESS`` (and per partition)  last
+==================  ===============================  =========================================
 
-The task commit record is typed: :class:`~.taskrecord.TaskCommitRecord` names and validates its fields; the other
-records are read here as plain dicts.
+The paths themselves are named in one place, :class:`.layout.JobLayout` (and drawn in the README's design
+section, which a test checks against it).
+
+The records the protocol decides by are typed, each with its fields, ``to_json``/``from_json`` and validation: the
+task commit record in :mod:`.taskrecord`, the job record, commit plan and commit log in :mod:`.jobrecord`. The
+app-attempt marker and the attempt claims are existence checks and the abort record is a report (their content is
+for people, read as plain dicts); ``_SUCCESS`` is checked by :func:`validate_success`, which the sensor and any
+reader can call.
 """
 
 from __future__ import annotations
@@ -93,6 +100,27 @@ def loads(kind: str, data: bytes, where: str) -> dict[str, Any]:
     return check(kind, parse(kind, data, where), where)
 
 
+def get_field(doc: Mapping[str, Any], key: str, typ: type | tuple[type, ...], where: str, kind: str,
+              prefix: str = "", *, nullable: bool = False, required: bool = True, default: Any = None) -> Any:
+    """``doc[key]`` of a record of *kind*, checked to be a *typ* (or ``None`` when *nullable*; ``bool`` is an
+    ``int`` only where *typ* is ``bool``); :class:`CorruptRecord` naming the field when it is not. A key that is
+    not *required* may be absent (*default*)."""
+    try:
+        value = doc[key]
+    except KeyError:
+        if not required:
+            return default
+        raise CorruptRecord(f"{where} lacks the field {prefix + key!r}; the {kind.replace('-', ' ')} record is "
+                            "corrupt") from None
+    if value.__class__ is typ or (nullable and value is None):   # the common case, without isinstance
+        return value
+    if isinstance(value, typ) and (typ is bool or not isinstance(value, bool)):
+        return value
+    want = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
+    raise CorruptRecord(f"{where}: field {prefix + key!r} has type {type(value).__name__}, not "
+                        f"{want}{' or null' if nullable else ''}; the {kind.replace('-', ' ')} record is corrupt")
+
+
 def read(store: Store, rel: str, kind: str, decode: Callable[[bytes, str], Any] | None = None) -> Any:
     """The record at *rel* (a dict, or what *decode* makes of its bytes and URL), or ``None`` when there is
     none."""
@@ -103,11 +131,14 @@ def read(store: Store, rel: str, kind: str, decode: Callable[[bytes, str], Any] 
     return loads(kind, data, store.url(rel)) if decode is None else decode(data, store.url(rel))
 
 
-def validate_success(doc: Any, where: str) -> dict[str, Any]:
-    """Check a parsed ``_SUCCESS`` manifest; :class:`CorruptRecord` naming the first problem."""
+def validate_success(doc: Any, where: str, kind: str = "success") -> dict[str, Any]:
+    """Check a parsed ``_SUCCESS`` manifest (or, with *kind* ``commit-log``, the commit log that holds the same
+    manifest); :class:`CorruptRecord` naming the first problem."""
     if not isinstance(doc, dict):
         raise CorruptRecord(f"{where} is not a JSON object")
-    if doc.get("format") != f"{FORMAT}/success":
+    if kind != "success":
+        check(kind, doc, where)
+    elif doc.get("format") != f"{FORMAT}/success":
         raise CorruptRecord(f"{where} is not an {FORMAT} _SUCCESS manifest (format={doc.get('format')!r}); "
                             "a 0-byte _SUCCESS comes from Hadoop or Spark")
     for key, typ in SUCCESS_REQUIRED.items():

@@ -14,6 +14,7 @@ from .layout import SUCCESS
 
 if TYPE_CHECKING:
     from .committer import FileOutputCommitter
+    from .jobrecord import JobRecord
     from .taskrecord import TaskCommitRecord
 
 
@@ -32,16 +33,17 @@ class JobStatus:
             log = c.commit_log()
             if log is None:
                 return {"job_id": c.job_id, "state": "absent", "output": c.store.url()}
+            doc = {k: v for k, v in log.to_doc().items() if k not in ("format", "version")}
             success = records.read(c.store, SUCCESS, "success")
-            if success is not None and success.get("job_uuid") == log["job_uuid"]:
-                log = {**log, "durations": success["durations"], "diagnostics": success["diagnostics"]}
-            return {"state": "committed", **{k: v for k, v in log.items() if k not in ("format", "version")}}
-        apps = c._app_attempts(job)
-        app = apps[0] if apps else int(job["first_app_attempt"])
-        plan = c._plan(job)
+            if success is not None and success.get("job_uuid") == log.job_uuid:
+                doc.update(durations=success["durations"], diagnostics=success["diagnostics"])
+            return {"state": "committed", **doc}
+        apps = c.app_attempts(job)
+        app = apps[0] if apps else job.first_app_attempt
+        plan = c.commit_plan(job)
         tasks: dict[int, dict[str, Any]] = {}
         for a in sorted(apps):
-            for rec in self.app_records(a, job["job_uuid"]):
+            for rec in self.app_records(a, job.job_uuid):
                 if a == app or rec.task not in tasks:
                     tasks[rec.task] = {"task": rec.task, "attempt": rec.attempt, "app_attempt": a,
                                        "recovered_from_app": rec.recovered_from_app, "files": len(rec.files),
@@ -52,10 +54,10 @@ class JobStatus:
                                  "bytes": 0, "current": False}).update(hist)
         aborted = records.read(c.store, c.layout.abort_record(app), "abort")
         state = "committing" if plan is not None else ("failed" if aborted else "running")
-        return {"job_id": c.job_id, "state": state, "job_uuid": job["job_uuid"],
-                "generation": job["generation"], "app_attempt": app, "committer": c.committer_name,
+        return {"job_id": c.job_id, "state": state, "job_uuid": job.job_uuid,
+                "generation": job.generation, "app_attempt": app, "committer": c.committer_name,
                 "algorithm": c.publisher.algorithm, "mode": c.mode, "output": c.store.url(),
-                "labels": job.get("labels", {}), "aborted": aborted,
+                "labels": dict(job.labels), "aborted": aborted,
                 "tasks": [tasks[t] for t in sorted(tasks)]}
 
     def app_records(self, app: int, job_uuid: str) -> list[TaskCommitRecord]:
@@ -63,12 +65,12 @@ class JobStatus:
         out = []
         for name in self.c.store.list_dir(self.c.layout.commits_dir(app)):
             if name.startswith("task_") and name.endswith(".json") and name[5:-5].isdigit():
-                rec = self.c._task_record(app, int(name[5:-5]), job_uuid)
+                rec = self.c.attempts.record(app, int(name[5:-5]), job_uuid)
                 if rec is not None:
                     out.append(rec)
         return out
 
-    def attempt_history(self, job: Mapping[str, Any], winners: Mapping[tuple[int, int], int] | None = None
+    def attempt_history(self, job: JobRecord, winners: Mapping[tuple[int, int], int] | None = None
                         ) -> dict[int, dict[str, list[str]]]:
         """Per task, the attempts that failed, were denied, or are unfinished (``<app>.<try>``).
 
@@ -78,9 +80,9 @@ class JobStatus:
         the caller has the records already (job commit); otherwise every record is read.
         """
         out: dict[int, dict[str, list[str]]] = {}
-        apps = self.c._app_attempts(job)
+        apps = self.c.app_attempts(job)
         if winners is None:
-            winners = {(a, rec.task): rec.attempt for a in apps for rec in self.app_records(a, job["job_uuid"])
+            winners = {(a, rec.task): rec.attempt for a in apps for rec in self.app_records(a, job.job_uuid)
                        if not rec.adopted}
         for a in apps:
             known = {(t, at): COMMITTING for (wa, t), at in winners.items() if wa == a}

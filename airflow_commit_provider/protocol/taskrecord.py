@@ -41,21 +41,8 @@ def _bad(where: str, field: str, value: Any, want: str) -> CorruptRecord:
                          "record is corrupt")
 
 
-def _get(doc: Mapping[str, Any], key: str, typ: type, where: str, prefix: str = "", *,
-         nullable: bool = False, required: bool = True) -> Any:
-    """``doc[key]``, checked to be a *typ* (or ``None`` when *nullable*; ``bool`` is never an ``int``). A key that
-    is not *required* may be absent (``None``)."""
-    try:
-        value = doc[key]
-    except KeyError:
-        if not required:
-            return None
-        raise CorruptRecord(f"{where} lacks the field {prefix + key!r}; the task commit record is corrupt") from None
-    if value.__class__ is typ or (nullable and value is None):   # the common case, without isinstance
-        return value
-    if isinstance(value, typ) and not isinstance(value, bool):
-        return value
-    raise _bad(where, prefix + key, value, typ.__name__ + (" or null" if nullable else ""))
+def _get(doc: Mapping[str, Any], key: str, typ: type, where: str, prefix: str = "", **kw: Any) -> Any:
+    return records.get_field(doc, key, typ, where, KIND, prefix, **kw)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .committer import TaskAttemptContext
+from .taskattempts import TaskAttemptContext
 from .errors import InvalidOutputSpec
 from .faults import inject
 from .paths import check_partition_key, check_relative, partition_dir

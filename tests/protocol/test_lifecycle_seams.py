@@ -280,7 +280,7 @@ def test_v2_strays_of_the_generation_are_swept_at_job_commit(root):
     assert manifest["deleted"]["files"] >= 1
     rows = sc.read_rows(root)
     assert {r["attempt"] for r in rows} == {2} and len(rows) == sc.ROWS // 2
-    assert all(job["job_uuid"] in f for f in sc.visible_files(root))
+    assert all(job.job_uuid in f for f in sc.visible_files(root))
     sc.assert_markers_tell_truth(root)
 
 

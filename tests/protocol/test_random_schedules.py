@@ -44,7 +44,7 @@ class Schedules(RuleBasedStateMachine):
         self.app = self.c.setup_job().app_attempt
         self.next_attempt = 1
         self.open: list[tuple] = []          # attempts written, not yet committed or aborted: (ta, rows)
-        self.generation_uuid = self.c.job_record()["job_uuid"]
+        self.generation_uuid = self.c.job_record().job_uuid
         self.records: dict[int, dict[int, int]] = {}   # model: app -> task -> committed attempt
         self.failed: set[tuple[int, int]] = set()      # (app, attempt) recorded as failed
         self.committing: set[tuple[int, int]] = set()

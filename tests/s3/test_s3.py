@@ -133,7 +133,7 @@ def test_magic_abort_is_job_scoped(bucket):
     for t in range(2):
         run_task_attempt(a, t, 1, produce(t, 1))
         run_task_attempt(b, t, 1, produce(t, 1))
-    b_uploads = {k for k in pending_uploads(bucket) if b.job_record()["job_uuid"] in k}
+    b_uploads = {k for k in pending_uploads(bucket) if b.job_record().job_uuid in k}
     assert len(b_uploads) == 4 and len(pending_uploads(bucket)) == 8
     result = a.abort_job()
     assert result["aborted"]

@@ -1,0 +1,233 @@
+"""The job's own records as types: the job record, the commit plan and the commit log.
+
+Like :class:`~.taskrecord.TaskCommitRecord`: frozen, versioned (:data:`.records.VERSION`), validated when read
+(:class:`CorruptRecord` naming the field), and written as the same JSON earlier releases wrote (same keys, same
+order), so a job started by an older release is finished by this one.
+
+====================  ==================================================================================
+record                what it decides
+====================  ==================================================================================
+:class:`JobRecord`    the generation (``job_uuid``), its configuration (a retry with another one is
+                      refused), its first application attempt, and what its commit replaces
+:class:`CommitPlan`   what a job commit does, fixed exclusively before anything visible changes: a crashed
+                      commit is resumed from it, and the teardown refuses to abort once it exists
+:class:`CommitLog`    the committed generation's manifest (what ``_SUCCESS`` says) and the earlier
+                      generations' summaries; it outlives ``_temporary``, and the next generation's commit
+                      replaces its files
+====================  ==================================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import records
+from .errors import CorruptRecord
+from .stores import Store
+
+
+def _strings(doc: Mapping[str, Any], key: str, where: str, kind: str, *, required: bool = True,
+             default: tuple[str, ...] = ()) -> tuple[str, ...]:
+    values = records.get_field(doc, key, list, where, kind, required=required, default=list(default))
+    for i, v in enumerate(values):
+        if not isinstance(v, str):
+            raise CorruptRecord(f"{where}: field {key}[{i}] is {v!r}, not a string; the {kind} record is "
+                                        "corrupt")
+    return tuple(values)
+
+
+@dataclass(frozen=True)
+class Replaces:
+    """The committed generation a new generation's commit replaces: its uuid, number and files."""
+
+    job_uuid: str
+    generation: int
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One generation of a job: created once (exclusively) by the first ``setup_job`` after the previous
+    generation's commit, deleted by this generation's commit."""
+
+    KIND = "job"
+
+    committer: str
+    algorithm: int | str
+    mode: str
+    partition_by: tuple[str, ...]
+    job_id: str
+    job_uuid: str
+    generation: int
+    first_app_attempt: int
+    created: str
+    labels: Mapping[str, Any]
+    replaces: Replaces | None
+    #: existing files this generation's commit replaces (a compaction's inputs)
+    replace_files: tuple[str, ...] = ()
+    #: delete *replace_files* before publishing (a compaction: never a row twice)
+    replace_first: bool = False
+
+    def config(self) -> dict[str, Any]:
+        """What a job keeps across attempts: committer, algorithm, mode, partitioning (as in the JSON)."""
+        return {"committer": self.committer, "algorithm": self.algorithm, "mode": self.mode,
+                "partition_by": list(self.partition_by)}
+
+    @property
+    def replaced_files(self) -> set[str]:
+        """The previous generation's files, which this generation's commit replaces."""
+        return set(self.replaces.files) if self.replaces else set()
+
+    def to_json(self) -> bytes:
+        replaces = None if self.replaces is None else {
+            "job_uuid": self.replaces.job_uuid, "generation": self.replaces.generation,
+            "files": list(self.replaces.files)}
+        return records.dumps(self.KIND, {
+            **self.config(), "job_id": self.job_id, "job_uuid": self.job_uuid, "generation": self.generation,
+            "first_app_attempt": self.first_app_attempt, "created": self.created, "labels": dict(self.labels),
+            "replaces": replaces, "replace_files": list(self.replace_files), "replace_first": self.replace_first})
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str) -> JobRecord:
+        """Parse and validate; :class:`CorruptRecord` naming *where* and the field."""
+        doc = records.loads(cls.KIND, data, where)
+        k = cls.KIND
+
+        def get(key: str, typ: type | tuple[type, ...], **kw: Any) -> Any:
+            return records.get_field(doc, key, typ, where, k, **kw)
+
+        raw = get("replaces", dict, nullable=True, required=False)
+        replaces = None if raw is None else Replaces(
+            records.get_field(raw, "job_uuid", str, where, k, "replaces."),
+            records.get_field(raw, "generation", int, where, k, "replaces."),
+            _strings(raw, "files", where, k))
+        return cls(get("committer", str), get("algorithm", (int, str)), get("mode", str),
+                   _strings(doc, "partition_by", where, k), get("job_id", str), get("job_uuid", str),
+                   get("generation", int), get("first_app_attempt", int), get("created", str),
+                   get("labels", dict, required=False, default={}), replaces,
+                   _strings(doc, "replace_files", where, k, required=False),
+                   get("replace_first", bool, required=False, default=False))
+
+    @classmethod
+    def read(cls, store: Store, rel: str) -> JobRecord | None:
+        return records.read(store, rel, cls.KIND, cls.from_json)
+
+
+@dataclass(frozen=True)
+class CommitPlan:
+    """What one job commit does, named by task (a task's record in an application attempt is never rewritten), so
+    it stays small whatever the number of files."""
+
+    KIND = "commit-plan"
+
+    job_id: str
+    job_uuid: str
+    app_attempt: int
+    started: str
+    tasks: tuple[int, ...]
+    #: visible files deleted once the new ones are in place
+    deletions: tuple[str, ...]
+    #: directories whose ``_SUCCESS`` goes before the first visible change
+    withdraw: tuple[str, ...]
+    #: per task (as a string), its failed, denied and unfinished attempts, for the manifest
+    attempt_history: Mapping[str, Any]
+
+    def to_json(self) -> bytes:
+        return records.dumps(self.KIND, {
+            "job_id": self.job_id, "job_uuid": self.job_uuid, "app_attempt": self.app_attempt,
+            "started": self.started, "tasks": list(self.tasks), "deletions": list(self.deletions),
+            "withdraw": list(self.withdraw), "attempt_history": dict(self.attempt_history)})
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str) -> CommitPlan:
+        doc = records.loads(cls.KIND, data, where)
+        k = cls.KIND
+        tasks = records.get_field(doc, "tasks", list, where, k)
+        if not all(type(t) is int for t in tasks):
+            raise CorruptRecord(f"{where}: field 'tasks' must list task numbers; the commit plan is corrupt")
+        return cls(records.get_field(doc, "job_id", str, where, k), records.get_field(doc, "job_uuid", str, where, k),
+                   records.get_field(doc, "app_attempt", int, where, k), records.get_field(doc, "started", str, where, k),
+                   tuple(tasks), _strings(doc, "deletions", where, k),
+                   # a plan without the field withdraws the root's marker, as the plans that lacked it did
+                   _strings(doc, "withdraw", where, k, required=False, default=("",)),
+                   records.get_field(doc, "attempt_history", dict, where, k, required=False, default={}))
+
+    @classmethod
+    def read(cls, store: Store, rel: str) -> CommitPlan | None:
+        return records.read(store, rel, cls.KIND, cls.from_json)
+
+
+@dataclass(frozen=True)
+class CommitLog:
+    """The job's commit log: the last committed generation's manifest (the ``_SUCCESS`` document as the commit log
+    stage saw it, durations aside) and the summaries of the generations before it, oldest first."""
+
+    KIND = "commit-log"
+
+    manifest: Mapping[str, Any]
+    history: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def job_uuid(self) -> str:
+        return self.manifest["job_uuid"]
+
+    @property
+    def generation(self) -> int:
+        return self.manifest["generation"]
+
+    @property
+    def app_attempt(self) -> int:
+        return self.manifest["app_attempt"]
+
+    @property
+    def files(self) -> list[dict[str, Any]]:
+        return self.manifest["files"]
+
+    def summary(self) -> dict[str, Any]:
+        """This generation as the next one's history holds it."""
+        return {k: self.manifest.get(k) for k in ("job_uuid", "generation", "app_attempt", "finished", "totals")}
+
+    def followed_by(self, manifest: Mapping[str, Any]) -> CommitLog:
+        """The log after committing *manifest*: a new generation adds this one to the history; a resumed commit
+        of the same generation keeps the history as it is."""
+        history = self.history + ((self.summary(),) if manifest["job_uuid"] != self.job_uuid else ())
+        return CommitLog(manifest, history)
+
+    def task_record(self, task: int) -> dict[str, Any] | None:
+        """The committed record of *task*, rebuilt from the manifest (the live records are cleaned up), or
+        ``None`` when the generation had no such task."""
+        info = next((t for t in self.manifest["tasks"] if t["task"] == task), None)
+        if info is None:
+            return None
+        return {"job_id": self.manifest["job_id"], "job_uuid": self.job_uuid, "task": task,
+                "attempt": info["attempt"], "app_attempt": info["app_attempt"],
+                "recovered_from_app": info["recovered_from_app"],
+                "files": [f for f in self.files if f["task"] == task], "from_commit_log": True}
+
+    def to_doc(self) -> dict[str, Any]:
+        """The record as its JSON reads (format and version, the manifest, ``history``; ``files`` last)."""
+        body = {k: v for k, v in self.manifest.items() if k != "files"}
+        return {"format": f"{records.FORMAT}/{self.KIND}", "version": records.VERSION, **body,
+                "history": list(self.history), "files": self.files}
+
+    def to_json(self) -> bytes:
+        body = {k: v for k, v in self.manifest.items() if k != "files"}
+        return records.dumps(self.KIND, {**body, "history": list(self.history)}, files=records.encode(self.files))
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str) -> CommitLog:
+        doc = records.validate_success(records.parse(cls.KIND, data, where), where, cls.KIND)
+        history = records.get_field(doc, "history", list, where, cls.KIND, required=False, default=[])
+        if not all(isinstance(h, dict) for h in history):
+            raise CorruptRecord(f"{where}: field 'history' must list objects; the commit log is corrupt")
+        manifest = {k: v for k, v in doc.items() if k not in ("format", "version", "history")}
+        return cls(manifest, tuple(history))
+
+    @classmethod
+    def read(cls, store: Store, rel: str) -> CommitLog | None:
+        return records.read(store, rel, cls.KIND, cls.from_json)
+
+
+__all__ = ["CommitLog", "CommitPlan", "JobRecord", "Replaces"]

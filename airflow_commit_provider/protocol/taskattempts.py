@@ -1,0 +1,236 @@
+"""The task side of the protocol: one job's task attempts from set-up to their commit decision, abort or adoption.
+
+Everything about an attempt's fate is decided here, against two kinds of records only: the attempt ledger
+(:mod:`.attempts`: started, then exclusively ``committing`` or ``failed``) and the task commit record
+(:mod:`.taskrecord`: its exclusive creation is the commit). The committer's facade methods (``setup_task``,
+``commit_task``, ``abort_task``, ``recover_task``) call this class, and so do job commit's recovery and the abort;
+no other code decides whether an attempt may commit or whose files may be removed. The silent row loss this
+project once had lived in exactly such a decision split between two owners.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import records
+from .attempts import COMMITTING, FAILED
+from .errors import CommitDenied, CorruptRecord, InvalidOutputSpec
+from .faults import inject
+from .taskrecord import TaskCommitRecord
+
+if TYPE_CHECKING:
+    from .committer import FileOutputCommitter
+    from .jobrecord import JobRecord
+
+
+@dataclass(frozen=True)
+class TaskAttemptContext:
+    """One task attempt: Hadoop's TaskAttemptID with its work directory (relative to the output root)."""
+
+    job_id: str
+    job_uuid: str
+    app_attempt: int
+    task: int
+    attempt: int
+    work_dir: str
+
+    @property
+    def name(self) -> str:
+        return self.work_dir.rsplit("/", 1)[-1]
+
+
+def check_number(value: Any, what: str) -> int:
+    """*value* if it is a non-negative integer (``bool`` is not); :class:`InvalidOutputSpec` naming *what*."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidOutputSpec(f"{what} must be a non-negative integer, got {value!r}")
+    return value
+
+
+class TaskAttempts:
+    """The task attempts of one job (one committer): their set-up, commit decision, abort and adoption."""
+
+    def __init__(self, committer: FileOutputCommitter) -> None:
+        self.c = committer
+        self.store = committer.store
+        self.layout = committer.layout
+        self.ledger = committer.ledger
+        self.publisher = committer.publisher
+
+    def record(self, app: int, task: int, job_uuid: str) -> TaskCommitRecord | None:
+        """The task's commit record in application attempt *app*, if it belongs to generation *job_uuid*: a zombie
+        of a purged generation may have written one into a directory a later generation reuses."""
+        rec = TaskCommitRecord.read(self.store, self.layout.task_record(app, task))
+        return rec if rec is not None and rec.job_uuid == job_uuid else None
+
+    # ------------------------------------------------------------------ set-up and abort
+    def setup(self, task: int, attempt: int) -> TaskAttemptContext:
+        """See :meth:`~.committer.FileOutputCommitter.setup_task`."""
+        check_number(task, "task")
+        check_number(attempt, "attempt")
+        job = self.c.require_job()
+        app = self.c.current_app_attempt(job)
+        ta = TaskAttemptContext(self.c.job_id, job.job_uuid, app, task, attempt,
+                                self.layout.attempt_dir(app, task, attempt))
+        self.ledger.start(app, task, attempt)
+        for trace in self.ledger.traces(app, task):
+            if trace.attempt < attempt and trace.fate is None:
+                self.fail_and_discard(app, task, trace.attempt)
+        self.store.makedirs(ta.work_dir)
+        inject("setup_task.after_dir")
+        return ta
+
+    def fail_and_discard(self, app: int, task: int, attempt: int) -> bool:
+        """Record the attempt failed, then remove its files; ``False`` (nothing removed) when it had claimed its
+        commit first: a commit in flight is never emptied."""
+        if self.ledger.claim(app, task, attempt, FAILED) != FAILED:
+            return False
+        self.publisher.discard(self.layout.attempt_dir(app, task, attempt))
+        return True
+
+    def abort(self, ta: TaskAttemptContext) -> bool:
+        """See :meth:`~.committer.FileOutputCommitter.abort_task`."""
+        if self.ledger.claim(ta.app_attempt, ta.task, ta.attempt, FAILED) != FAILED:
+            return False
+        inject("abort_task.after_marker")
+        self.discard(ta)
+        inject("abort_task.mid_delete")
+        return True
+
+    def discard(self, ta: TaskAttemptContext) -> None:
+        """Remove everything a (denied, failed or stale) attempt wrote -- unless it is the committed attempt of its
+        application attempt: where the record alone commits (object stores, magic), its directory holds the
+        committed data that a later application attempt's recovery points at, and a stale winner asking again
+        (a zombie of that attempt) must not delete it."""
+        rec = self.record(ta.app_attempt, ta.task, ta.job_uuid)
+        if rec is not None and rec.attempt == ta.attempt and not rec.adopted:
+            return
+        self.publisher.discard(ta.work_dir)
+
+    # ------------------------------------------------------------------ the commit decision
+    def needs_commit(self, ta: TaskAttemptContext) -> bool:
+        """See :meth:`~.committer.FileOutputCommitter.needs_task_commit`."""
+        rec = self.record(ta.app_attempt, ta.task, ta.job_uuid)
+        return not (rec is not None and rec.attempt == ta.attempt)
+
+    def commit(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None,
+               sizes: Mapping[str, int] | None) -> dict[str, Any]:
+        """See :meth:`~.committer.FileOutputCommitter.commit_task`."""
+        inject("commit_task.before_record")
+        job = self.c.require_job()
+        if ta.job_uuid != job.job_uuid:
+            self.discard(ta)
+            raise CommitDenied(f"task attempt {ta.name} belongs to job generation {ta.job_uuid}, the job is now "
+                               f"{job.job_uuid}; its files were removed", task=ta.task, attempt=ta.attempt)
+        plan = self.c.commit_plan(job)
+        if plan is not None:
+            rec = self.record(plan.app_attempt, ta.task, ta.job_uuid) if ta.task in plan.tasks else None
+            if rec is not None and rec.attempt == ta.attempt and rec.app_attempt == ta.app_attempt:
+                return rec.to_doc()
+            self.discard(ta)
+            raise CommitDenied(f"job {self.c.job_id} is already committing; task {ta.task} is committed by "
+                               f"{rec and rec.attempt}", task=ta.task, attempt=ta.attempt,
+                               winner=rec and rec.to_doc())
+        current = self.c.current_app_attempt(job)
+        if ta.app_attempt != current:
+            # A zombie of an older application attempt. Its commit could only land in that attempt's directory
+            # (which job commit ignores) -- or, with v2, replace the current winner's visible files: refuse it.
+            self.discard(ta)
+            raise CommitDenied(f"task attempt {ta.name} belongs to application attempt {ta.app_attempt}, the job "
+                               f"is now in application attempt {current}; its files were removed",
+                               task=ta.task, attempt=ta.attempt)
+        fate = self.ledger.claim(ta.app_attempt, ta.task, ta.attempt, COMMITTING)
+        inject("commit_task.after_claim")
+        if fate == FAILED:
+            # whoever recorded it failed removes its files (or has); removing them again is harmless
+            self.discard(ta)
+            raise CommitDenied(f"task attempt {ta.name} was recorded as failed (by its own abort, a newer try of "
+                               "the task, or the failed run's teardown) and cannot commit; its files were removed",
+                               task=ta.task, attempt=ta.attempt, attempt_failed=True)
+        rec_path = self.layout.task_record(ta.app_attempt, ta.task)
+        existing = self.record(ta.app_attempt, ta.task, ta.job_uuid)
+        if existing is None:
+            data = self.new_record(ta, rows, sizes).to_json()
+            mine = TaskCommitRecord.from_json(data, rec_path)  # as any reader will see it, checked before it exists
+            if self.store.create_exclusive(rec_path, data):
+                existing = mine
+                inject("commit_task.after_record")
+            else:
+                existing = self.record(ta.app_attempt, ta.task, ta.job_uuid)
+        if existing is None:
+            raise CorruptRecord(f"task record {self.store.url(rec_path)} belongs to another job generation")
+        self.publisher.complete_task_commit(existing)
+        if existing.attempt != ta.attempt or existing.adopted:
+            self.discard(ta)
+            raise CommitDenied(
+                f"task {ta.task} of job {self.c.job_id} was already committed by attempt {existing.attempt} "
+                f"(application attempt {existing.app_attempt}); attempt {ta.attempt}'s files were removed",
+                task=ta.task, attempt=ta.attempt, winner=existing.to_doc())
+        inject("commit_task.after_move")
+        return existing.to_doc()
+
+    def new_record(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None,
+                   sizes: Mapping[str, int] | None) -> TaskCommitRecord:
+        """The record this attempt's commit would create, from what its directory holds; refuses (attempt recorded
+        failed) when the writer's report and the directory disagree, or when the files would clobber visible
+        ones at a task commit that publishes (v2)."""
+        for arg, counts, nullable in (("rows", rows, True), ("sizes", sizes, False)):
+            bad = [rel for rel, n in (counts or {}).items()
+                   if not (n is None and nullable) and (not isinstance(n, int) or isinstance(n, bool) or n < 0)]
+            if bad:   # the caller's mistake, not a corrupt record: named before anything is written
+                raise InvalidOutputSpec(f"commit_task({arg}=...): {bad[0]!r} maps to {counts[bad[0]]!r}, not a "
+                                        f"non-negative integer{' or None' if nullable else ''}")
+        files = self.publisher.attempt_files(ta.work_dir, ta.task, dict(rows or {}))
+        held = {f.path: f.size for f in files}
+        reported = {**{rel: None for rel in rows or {}}, **dict(sizes or {})}
+        wrong = sorted(rel for rel, size in reported.items()
+                       if rel not in held or (size is not None and held[rel] != size))
+        if wrong:
+            self.ledger.overrule(ta.app_attempt, ta.task, ta.attempt)
+            self.discard(ta)
+            shown = ", ".join(f"{rel} ({'missing' if rel not in held else f'{held[rel]} bytes, not {reported[rel]}'})"
+                              for rel in wrong[:5])
+            raise CommitDenied(f"task attempt {ta.name} reported {len(reported)} file(s) but its directory does not "
+                               f"hold {len(wrong)} of them as written: {shown}. Something removed or changed them "
+                               "(a teardown, a cleanup, a newer try); the attempt is recorded failed and cannot "
+                               "commit", task=ta.task, attempt=ta.attempt, attempt_failed=True)
+        clobbered = self.publisher.clobbered([f.path for f in files])
+        # files of another attempt of this task that won meanwhile (a zombie's race) are not a clobber: the record
+        # creation then fails and this attempt is denied with the winner
+        if clobbered and self.record(ta.app_attempt, ta.task, ta.job_uuid) is None:
+            self.ledger.overrule(ta.app_attempt, ta.task, ta.attempt)
+            self.publisher.discard(ta.work_dir)
+            raise InvalidOutputSpec(f"task attempt {ta.name} would replace {len(clobbered)} visible file(s) at its "
+                                    f"task commit ({', '.join(clobbered[:3])}); file names must be unique across "
+                                    "tasks and jobs (keep the default names, which carry the job uuid). The "
+                                    "attempt is recorded failed; nothing visible changed")
+        data_dir = self.publisher.data_dir(ta.app_attempt, ta.work_dir)
+        return TaskCommitRecord(job_id=self.c.job_id, job_uuid=ta.job_uuid, task=ta.task, attempt=ta.attempt,
+                                app_attempt=ta.app_attempt, work_dir=ta.work_dir, data_dir=data_dir,
+                                recovered_from_app=None, committed=records.now_iso(), files=tuple(files))
+
+    # ------------------------------------------------------------------ recovery
+    def recover(self, job: JobRecord, app: int, task: int,
+                apps: Sequence[int] | None = None) -> TaskCommitRecord | None:
+        """The task's record in application attempt *app*, adopting (Hadoop's recoverTask) the newest earlier
+        attempt's commit when *app* has none; ``None`` when no application attempt of the generation committed
+        it. *apps*: the generation's application attempts, newest first, when the caller listed them already."""
+        rec = self.record(app, task, job.job_uuid)
+        if rec is not None:
+            return rec
+        for old_app in self.c.app_attempts(job) if apps is None else apps:
+            if old_app >= app:
+                continue
+            old = self.record(old_app, task, job.job_uuid)
+            if old is None:
+                continue
+            self.publisher.complete_task_commit(old)
+            inject("recover_task.before_record")
+            self.store.create_exclusive(self.layout.task_record(app, task), old.adopted_by(app).to_json())
+            inject("recover_task.after_record")
+            return self.record(app, task, job.job_uuid)
+        return None
+
+
+__all__ = ["TaskAttemptContext", "TaskAttempts", "check_number"]

@@ -1,0 +1,178 @@
+"""The job record, commit plan and commit log as types (:mod:`airflow_commit_provider.protocol.jobrecord`): records
+written by the previous release (``fixtures/jobrecords_head``) read and written back byte for byte, a commit that
+release crashed resumed by this one exactly once, and every corruption named with its file and field."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+
+from airflow_commit_provider.protocol import CorruptRecord, make_committer
+from airflow_commit_provider.protocol.jobrecord import CommitLog, CommitPlan, JobRecord
+
+FIXTURE = Path(__file__).parent / "fixtures" / "jobrecords_head"
+CRASHED = FIXTURE / "crashed" / "_temporary" / "jobrec-head"
+WHERE = "s3://bucket/out/_temporary/j/_job.json"
+
+
+def plan_path() -> Path:
+    return next(CRASHED.glob("_commit_plan_*.json"))
+
+
+RECORDS = {
+    "job": (JobRecord, lambda: CRASHED / "_job.json"),
+    "job_compaction": (JobRecord, lambda: FIXTURE / "job_compaction.json"),
+    "commit_plan": (CommitPlan, plan_path),
+    "commit_log_gen0": (CommitLog, lambda: FIXTURE / "commit_log_gen0.json"),
+    "commit_log": (CommitLog, lambda: FIXTURE / "commit_log.json"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECORDS))
+def test_head_records_read_and_write_back_byte_for_byte(name):
+    """Either release reads the other's records: same keys, same order, same values."""
+    cls, path = RECORDS[name]
+    data = path().read_bytes()
+    rec = cls.from_json(data, str(path()))
+    assert rec.to_json() == data
+    if cls is CommitLog:
+        assert rec.to_doc() == json.loads(data)
+
+
+def test_head_records_as_types():
+    job = JobRecord.from_json((CRASHED / "_job.json").read_bytes(), "job")
+    gen0 = CommitLog.from_json((FIXTURE / "commit_log_gen0.json").read_bytes(), "log")
+    assert (job.generation, job.first_app_attempt, job.mode, job.partition_by) == (1, 1, "overwrite", ("day",))
+    assert job.replaces is not None and job.replaces.job_uuid == gen0.job_uuid
+    assert job.replaced_files == {f["path"] for f in gen0.files} and len(job.replaced_files) == 3
+    compaction = JobRecord.from_json((FIXTURE / "job_compaction.json").read_bytes(), "job")
+    assert compaction.replace_first is True and compaction.replaces is None
+    assert compaction.replace_files == ("day=d0/a.parquet", "day=d1/b.parquet")
+    plan = CommitPlan.from_json(plan_path().read_bytes(), "plan")
+    assert plan.tasks == (0, 1) and plan.withdraw == ("", "day=d0", "day=d1") and len(plan.deletions) == 3
+    assert plan.attempt_history["0"]["failed_attempts"] == ["1.1"]
+
+
+def test_commit_log_history_is_the_previous_releases():
+    """A new generation's log carries the previous one's summary, as the previous release wrote it."""
+    gen0 = CommitLog.from_json((FIXTURE / "commit_log_gen0.json").read_bytes(), "gen0")
+    gen1 = CommitLog.from_json((FIXTURE / "commit_log.json").read_bytes(), "gen1")
+    assert gen0.followed_by(gen1.manifest) == gen1
+    assert gen1.followed_by(gen1.manifest) == gen1, "a resumed commit of the same generation keeps the history"
+    assert gen1.task_record(0)["attempt"] == 2 and gen1.task_record(7) is None
+
+
+def test_a_commit_the_previous_release_crashed_is_finished_exactly_once(tmp_path):
+    """Generation 1's commit died after fixing its plan (previous release): this release resumes it from that plan
+    and the output holds generation 1's rows, each once; generation 0's files are gone."""
+    root = tmp_path / "out"
+    shutil.copytree(FIXTURE / "crashed", root)
+    c = make_committer(str(root), "jobrec-head", algorithm=1, mode="overwrite", partition_by=["day"],
+                       labels={"dag_id": "d", "run_id": "r"})
+    assert c.status()["state"] == "committing"
+    manifest = c.commit_job(2)
+    assert manifest["diagnostics"]["resumed"] is True and manifest["generation"] == 1
+    rows = ds.dataset(str(root), format="parquet", partitioning="hive", exclude_invalid_files=True).to_table()
+    assert sorted(zip(rows["task"].to_pylist(), rows["attempt"].to_pylist())) == [(0, 2), (1, 2)]
+    log = c.commit_log()
+    assert [h["generation"] for h in log.history] == [0] and log.generation == 1
+    assert not (root / "_temporary").exists()
+
+
+def _job_doc() -> dict[str, Any]:
+    return json.loads((CRASHED / "_job.json").read_bytes())
+
+
+def _without(doc: dict[str, Any], key: str) -> dict[str, Any]:
+    doc = copy.deepcopy(doc)
+    del doc[key]
+    return doc
+
+
+def _with(doc: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    return {**copy.deepcopy(doc), key: value}
+
+
+@pytest.mark.parametrize("doc,message", [
+    (_without(_job_doc(), "job_uuid"), "lacks the field 'job_uuid'; the job record is corrupt"),
+    (_without(_job_doc(), "first_app_attempt"), "lacks the field 'first_app_attempt'"),
+    (_with(_job_doc(), "generation", "1"), "field 'generation' has type str, not int"),
+    (_with(_job_doc(), "generation", True), "field 'generation' has type bool, not int"),
+    (_with(_job_doc(), "algorithm", 1.0), "field 'algorithm' has type float, not int or str"),
+    (_with(_job_doc(), "partition_by", "day"), "field 'partition_by' has type str, not list"),
+    (_with(_job_doc(), "partition_by", [1]), "field partition_by[0] is 1, not a string"),
+    (_with(_job_doc(), "replaces", {"job_uuid": "u", "generation": 0}), "lacks the field 'files'"),
+    (_with(_job_doc(), "replaces", {"job_uuid": 5, "generation": 0, "files": []}),
+     "field 'replaces.job_uuid' has type int, not str"),
+    (_with(_job_doc(), "replace_first", 1), "field 'replace_first' has type int, not bool"),
+    (_with(_job_doc(), "labels", []), "field 'labels' has type list, not dict"),
+    (_with(_job_doc(), "format", "airflow-commit-provider/commit-plan"), "is not an airflow-commit-provider job"),
+    (_with(_job_doc(), "version", 2), "unsupported record version 2"),
+])
+def test_job_record_corruption_is_named(doc, message):
+    with pytest.raises(CorruptRecord, match=WHERE.replace(".", r"\.")) as err:
+        JobRecord.from_json(json.dumps(doc).encode(), WHERE)
+    assert message in str(err.value)
+
+
+def test_optional_job_fields_default_and_old_plans_withdraw_the_root():
+    """Fields the code always read with a default may be absent; a plan without ``withdraw`` (an older plan)
+    withdraws the root's marker, as before."""
+    doc = _job_doc()
+    for key in ("labels", "replaces", "replace_files", "replace_first"):
+        del doc[key]
+    job = JobRecord.from_json(json.dumps(doc).encode(), WHERE)
+    assert (dict(job.labels), job.replaces, job.replace_files, job.replace_first) == ({}, None, (), False)
+    plan = json.loads(plan_path().read_bytes())
+    del plan["withdraw"], plan["attempt_history"]
+    fixed = CommitPlan.from_json(json.dumps(plan).encode(), "plan")
+    assert fixed.withdraw == ("",) and fixed.attempt_history == {}
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda d: d.update(tasks=[0, "1"]), "field 'tasks' must list task numbers"),
+    (lambda d: d.update(deletions="a"), "field 'deletions' has type str, not list"),
+    (lambda d: d.pop("app_attempt"), "lacks the field 'app_attempt'; the commit plan record is corrupt"),
+])
+def test_commit_plan_corruption_is_named(change, message):
+    plan = json.loads(plan_path().read_bytes())
+    change(plan)
+    with pytest.raises(CorruptRecord, match="plan.json") as err:
+        CommitPlan.from_json(json.dumps(plan).encode(), "x/_commit_plan.json")
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda d: d.update(history={}), "field 'history' has type dict, not list"),
+    (lambda d: d.update(history=[1]), "field 'history' must list objects"),
+    (lambda d: d["files"].pop(), "totals.files=2 but 1 files are listed"),
+    (lambda d: d.pop("job_uuid"), "lacks the field 'job_uuid'"),
+    (lambda d: d.update(format="airflow-commit-provider/success"), "is not an airflow-commit-provider commit-log"),
+])
+def test_commit_log_corruption_is_named(change, message):
+    log = json.loads((FIXTURE / "commit_log.json").read_bytes())
+    change(log)
+    with pytest.raises(CorruptRecord, match="_commits/j.json") as err:
+        CommitLog.from_json(json.dumps(log).encode(), "out/_commits/j.json")
+    assert message in str(err.value)
+
+
+def test_a_corrupt_job_record_stops_every_operation_naming_it(tmp_path):
+    """Setup, task set-up and job commit all refuse a job whose record is corrupt, naming the file; nothing
+    visible changes."""
+    root = tmp_path / "out"
+    shutil.copytree(FIXTURE / "crashed", root)
+    record = root / "_temporary" / "jobrec-head" / "_job.json"
+    record.write_bytes(json.dumps(_with(_job_doc(), "first_app_attempt", "1")).encode())
+    before = sorted(p.name for p in root.rglob("*.parquet") if "_temporary" not in p.parts)
+    c = make_committer(str(root), "jobrec-head", algorithm=1, mode="overwrite", partition_by=["day"])
+    for call in (c.setup_job, lambda: c.setup_task(0, 9), lambda: c.commit_job(2)):
+        with pytest.raises(CorruptRecord, match="_job.json.*first_app_attempt"):
+            call()
+    assert sorted(p.name for p in root.rglob("*.parquet") if "_temporary" not in p.parts) == before
