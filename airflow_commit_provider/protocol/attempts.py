@@ -69,12 +69,16 @@ class AttemptLedger:
         started: set[tuple[int, int]] = set()
         fates: dict[tuple[int, int], str | None] = {}
         unread: list[tuple[int, int]] = []
+        parsed: dict[str, tuple[int, int] | None] = {}  # an attempt's mark and claim share the name: parse once
         for name in self.store.list_dir_prefix(directory, prefix):
-            base = name[: -len(STARTED_SUFFIX)] if name.endswith(STARTED_SUFFIX) else name
-            key = parse_attempt_name(base)
+            is_mark = name.endswith(STARTED_SUFFIX)
+            base = name[: -len(STARTED_SUFFIX)] if is_mark else name
+            key = parsed.get(base, False)
+            if key is False:
+                key = parsed[base] = parse_attempt_name(base)
             if key is None:
                 continue
-            if name.endswith(STARTED_SUFFIX):
+            if is_mark:
                 started.add(key)
             elif key in known:
                 fates[key] = known[key]

@@ -212,9 +212,11 @@ class CommitLog:
         return {"format": f"{records.FORMAT}/{self.KIND}", "version": records.VERSION, **body,
                 "history": list(self.history), "files": self.files}
 
-    def to_json(self) -> bytes:
+    def to_json(self, files_json: bytes | None = None) -> bytes:
+        """The record's bytes; *files_json*: the file list already encoded (``_SUCCESS`` holds the same list)."""
         body = {k: v for k, v in self.manifest.items() if k != "files"}
-        return records.dumps(self.KIND, {**body, "history": list(self.history)}, files=records.encode(self.files))
+        return records.dumps(self.KIND, {**body, "history": list(self.history)},
+                             files=records.encode(self.files) if files_json is None else files_json)
 
     @classmethod
     def from_json(cls, data: bytes, where: str) -> CommitLog:

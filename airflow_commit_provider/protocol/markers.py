@@ -40,15 +40,16 @@ def withdraw_markers(store: Store, dirs: Iterable[str]) -> None:
 
 
 def write_markers(store: Store, manifest: Mapping[str, Any], file_list: list[dict[str, Any]], *,
-                  per_partition: bool) -> int:
+                  per_partition: bool, files_json: bytes | None = None) -> int:
     """Write the markers of a committed job, the root one last; returns how many files they retain.
 
     Each lists the job's files under it and, as ``retained``, the other visible files there now. With
     *per_partition* (dynamic mode) each partition the job wrote gets its own marker first: downstream DAGs wait
-    for one day, not the whole table.
+    for one day, not the whole table. *files_json*: *file_list* already encoded (:func:`.records.encode`), as the
+    commit log encoded it.
     """
-    visible = dict(store.list_files("", visible_only=True))
     ours = {f["path"] for f in file_list}
+    visible = dict(store.list_files("", visible_only=True, skip=ours))
     if per_partition:
         by_part: dict[str, list[dict[str, Any]]] = {}
         for f in file_list:
@@ -56,16 +57,16 @@ def write_markers(store: Store, manifest: Mapping[str, Any], file_list: list[dic
         for part, files in by_part.items():
             if not part:
                 continue
-            kept = [{"path": p, "size": size} for p, size in sorted(visible.items())
-                    if p.startswith(part + "/") and p not in ours]
+            kept = [{"path": p, "size": size} for p, size in sorted(visible.items()) if p.startswith(part + "/")]
             doc = {**manifest, "partition": part, "files": files, "partitions": [part], "retained": kept,
                    "totals": {"files": len(files), "bytes": sum(f["size"] for f in files),
                               "rows": sum(f["rows"] or 0 for f in files), "tasks": len({f["task"] for f in files}),
                               "partitions": 1}}
             store.write_bytes(f"{part}/{SUCCESS}", records.dumps("success", doc))
-    retained = [{"path": p, "size": visible[p]} for p in sorted(visible) if p not in ours]
+    retained = [{"path": p, "size": visible[p]} for p in sorted(visible)]
     manifest = {**manifest, "diagnostics": {**manifest["diagnostics"], "retained_files": len(retained)}}
-    store.write_bytes(SUCCESS, records.dumps("success", manifest, files=records.encode(file_list),
+    store.write_bytes(SUCCESS, records.dumps("success", manifest,
+                                             files=records.encode(file_list) if files_json is None else files_json,
                                              retained=records.encode(retained)))
     return len(retained)
 

@@ -80,7 +80,7 @@ def dumps(kind: str, body: Mapping[str, Any], **encoded: bytes) -> bytes:
 def parse(kind: str, data: bytes, where: str) -> Any:
     """The JSON of a record of *kind*; :class:`CorruptRecord` naming *where* when it is not JSON."""
     try:
-        return json.loads(data)
+        return json.loads(data.decode())   # records are UTF-8: decoding first skips json's encoding detection
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptRecord(f"{where} is not valid JSON ({exc}); the {kind} record is corrupt or truncated") from exc
 

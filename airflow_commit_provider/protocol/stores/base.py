@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Container, Callable, Sequence
 from typing import IO
 
 from ..parallel import parallel
@@ -52,11 +52,13 @@ class Store(ABC):
     def makedirs(self, rel: str) -> None: ...
 
     @abstractmethod
-    def list_files(self, rel: str = "", *, visible_only: bool = False) -> list[tuple[str, int]]:
+    def list_files(self, rel: str = "", *, visible_only: bool = False,
+                   skip: Container[str] = ()) -> list[tuple[str, int]]:
         """Every file under *rel*, recursively: ``(path relative to rel, size)``. Empty when *rel* is missing.
 
         With *visible_only*, names with a component starting with ``_`` or ``.`` (what readers skip: the
-        protocol's own records and work directories) are left out; the local disk does not even walk them.
+        protocol's own records and work directories) are left out; the local disk does not even walk them. Paths
+        in *skip* are left out too (the local disk does not stat them: the markers skip the job's own files).
         """
 
     def list_names(self, rel: str) -> list[str]:
