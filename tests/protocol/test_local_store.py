@@ -41,3 +41,5 @@ def test_list_files_skips_what_it_is_told_to(tmp_path):
                                                                                     ("b.parquet", 7)]
     assert sorted(store.list_files("", visible_only=True)) == [("a/x.parquet", 3), ("a/y.parquet", 5),
                                                                ("b.parquet", 7)]
+    assert sorted(store.list_names("", visible_only=True)) == ["a/x.parquet", "a/y.parquet", "b.parquet"]
+    assert sorted(store.list_names("")) == ["_temporary/z", "a/x.parquet", "a/y.parquet", "b.parquet"]

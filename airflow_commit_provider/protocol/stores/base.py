@@ -61,9 +61,9 @@ class Store(ABC):
         in *skip* are left out too (the local disk does not stat them: the markers skip the job's own files).
         """
 
-    def list_names(self, rel: str) -> list[str]:
+    def list_names(self, rel: str, *, visible_only: bool = False) -> list[str]:
         """The paths of :meth:`list_files` without their sizes (on a local disk: no stat per file)."""
-        return [path for path, _ in self.list_files(rel)]
+        return [path for path, _ in self.list_files(rel, visible_only=visible_only)]
 
     @abstractmethod
     def list_dir(self, rel: str) -> list[str]:

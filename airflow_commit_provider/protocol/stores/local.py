@@ -132,8 +132,8 @@ class LocalStore(Store):
                 continue
         return out
 
-    def list_names(self, rel: str) -> list[str]:
-        return [name for name, _ in self._walk(rel)]
+    def list_names(self, rel: str, *, visible_only: bool = False) -> list[str]:
+        return [name for name, _ in self._walk(rel, visible_only)]
 
     def marker_dirs(self, name: str) -> list[str]:
         out = []
