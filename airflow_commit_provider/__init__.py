@@ -4,4 +4,4 @@
 ``operators``, ``sensors``, ``triggers``, ``hooks``, ``links`` and ``plugins``.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -226,7 +226,7 @@ class FileOutputCommitter(OutputCommitter):
 
     def visible_files(self) -> set[str]:
         """Data files readers would see (names starting with ``_`` or ``.`` excluded)."""
-        return set(self.store.list_names("", visible_only=True))
+        return set(self.store.visible_names())
 
     # ------------------------------------------------------------------ job setup
     def setup_job(self, *, replace_files: Iterable[str] = (), replace_first: bool = False) -> JobContext:

@@ -85,6 +85,8 @@ class JobCommitRun:
     resumed: bool = False
     #: leave the renamed job directory in ``_temporary/_trash`` for a later :meth:`remove_trash`
     defer_cleanup: bool = False
+    #: the commit log as it was before this commit, read (and validated) before anything visible changes
+    previous_log: CommitLog | None = None
 
 
 @dataclass
@@ -289,7 +291,7 @@ class SaveCommitLog(Stage[tuple[Plan, int], Committed]):
         c, job = self.c, self.run.job
         manifest = build_manifest(c, job, plan, self.run.resumed)
         manifest["diagnostics"]["directories_renamed"] = renamed
-        previous = c.commit_log()
+        previous = self.run.previous_log
         log = CommitLog(manifest) if previous is None else previous.followed_by(manifest)
         files_json = records.encode(manifest["files"])
         c.store.write_bytes(c.layout.commit_log, log.to_json(files_json))
@@ -380,7 +382,9 @@ def build_manifest(c: FileOutputCommitter, job: JobRecord, plan: Plan, resumed: 
 def run_job_commit(c: FileOutputCommitter, job: JobRecord, tasks: Sequence[int] | None,
                    clock: StageClock, defer_cleanup: bool = False) -> dict[str, Any]:
     """Run the stages: from the start, or, when a plan exists (a crashed commit), from the withdrawal on."""
-    run = JobCommitRun(c, job, clock, records.now_iso(), defer_cleanup=defer_cleanup)
+    # Every record the commit reads is read (and validated) before anything changes: a commit log that cannot be
+    # read stops the commit here, naming it, not after the new files are published and the old ones deleted.
+    run = JobCommitRun(c, job, clock, records.now_iso(), defer_cleanup=defer_cleanup, previous_log=c.commit_log())
     stored = c.commit_plan(job)
     if stored is None:
         if tasks is None:

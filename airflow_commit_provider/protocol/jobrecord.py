@@ -28,14 +28,26 @@ from .errors import CorruptRecord
 from .stores import Store
 
 
-def _strings(doc: Mapping[str, Any], key: str, where: str, kind: str, *, required: bool = True,
+def _strings(doc: Mapping[str, Any], key: str, where: str, kind: str, prefix: str = "", *, required: bool = True,
              default: tuple[str, ...] = ()) -> tuple[str, ...]:
-    values = records.get_field(doc, key, list, where, kind, required=required, default=list(default))
+    values = records.get_field(doc, key, list, where, kind, prefix, required=required, default=list(default))
     for i, v in enumerate(values):
         if not isinstance(v, str):
-            raise CorruptRecord(f"{where}: field {key}[{i}] is {v!r}, not a string; the {kind} record is "
-                                        "corrupt")
+            raise CorruptRecord(f"{where}: field {prefix}{key}[{i}] is {v!r}, not a string; the {kind} record is "
+                                "corrupt")
     return tuple(values)
+
+
+def _objects(doc: Mapping[str, Any], key: str, fields: Mapping[str, Any], where: str, kind: str) -> None:
+    """Check that ``doc[key]`` lists objects whose *fields* have the given types (``None`` in a type tuple: may be
+    null), so that code reading them meets a :class:`CorruptRecord`, not a ``KeyError`` or ``TypeError``."""
+    for i, entry in enumerate(records.get_field(doc, key, list, where, kind)):
+        if not isinstance(entry, dict):
+            raise CorruptRecord(f"{where}: field {key}[{i}] is {entry!r}, not an object; the {kind} record is corrupt")
+        for name, typ in fields.items():
+            types = typ if isinstance(typ, tuple) else (typ,)
+            records.get_field(entry, name, tuple(t for t in types if t is not None), where, kind, f"{key}[{i}].",
+                              nullable=None in types)
 
 
 @dataclass(frozen=True)
@@ -102,7 +114,7 @@ class JobRecord:
         replaces = None if raw is None else Replaces(
             records.get_field(raw, "job_uuid", str, where, k, "replaces."),
             records.get_field(raw, "generation", int, where, k, "replaces."),
-            _strings(raw, "files", where, k))
+            _strings(raw, "files", where, k, "replaces."))
         return cls(get("committer", str), get("algorithm", (int, str)), get("mode", str),
                    _strings(doc, "partition_by", where, k), get("job_id", str), get("job_uuid", str),
                    get("generation", int), get("first_app_attempt", int), get("created", str),
@@ -147,12 +159,18 @@ class CommitPlan:
         tasks = records.get_field(doc, "tasks", list, where, k)
         if not all(type(t) is int for t in tasks):
             raise CorruptRecord(f"{where}: field 'tasks' must list task numbers; the commit plan is corrupt")
+        history = records.get_field(doc, "attempt_history", dict, where, k, required=False, default={})
+        for task, entry in history.items():
+            if not isinstance(entry, dict) or not all(
+                    isinstance(v, list) and all(isinstance(a, str) for a in v) for v in entry.values()):
+                raise CorruptRecord(f"{where}: field attempt_history[{task!r}] is {entry!r}, not lists of attempt "
+                                    "names; the commit plan is corrupt")
         return cls(records.get_field(doc, "job_id", str, where, k), records.get_field(doc, "job_uuid", str, where, k),
                    records.get_field(doc, "app_attempt", int, where, k), records.get_field(doc, "started", str, where, k),
                    tuple(tasks), _strings(doc, "deletions", where, k),
                    # a plan without the field withdraws the root's marker, as the plans that lacked it did
                    _strings(doc, "withdraw", where, k, required=False, default=("",)),
-                   records.get_field(doc, "attempt_history", dict, where, k, required=False, default={}))
+                   history)
 
     @classmethod
     def read(cls, store: Store, rel: str) -> CommitPlan | None:
@@ -221,6 +239,12 @@ class CommitLog:
     @classmethod
     def from_json(cls, data: bytes, where: str) -> CommitLog:
         doc = records.validate_success(records.parse(cls.KIND, data, where), where, cls.KIND)
+        # what the protocol reads from a commit log besides the manifest's own fields: the next generation's
+        # number and files, a late retry's task record
+        records.get_field(doc, "generation", int, where, cls.KIND)
+        _objects(doc, "tasks", {"task": int, "attempt": int, "app_attempt": int, "recovered_from_app": (int, None)},
+                 where, cls.KIND)
+        _objects(doc, "files", {"task": int}, where, cls.KIND)
         history = records.get_field(doc, "history", list, where, cls.KIND, required=False, default=[])
         if not all(isinstance(h, dict) for h in history):
             raise CorruptRecord(f"{where}: field 'history' must list objects; the commit log is corrupt")

@@ -49,7 +49,7 @@ def write_markers(store: Store, manifest: Mapping[str, Any], file_list: list[dic
     commit log encoded it.
     """
     ours = {f["path"] for f in file_list}
-    visible = dict(store.list_files("", visible_only=True, skip=ours))
+    visible = dict(store.visible_files_except(ours))
     if per_partition:
         by_part: dict[str, list[dict[str, Any]]] = {}
         for f in file_list:

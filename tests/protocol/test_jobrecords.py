@@ -107,7 +107,9 @@ def _with(doc: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     (_with(_job_doc(), "algorithm", 1.0), "field 'algorithm' has type float, not int or str"),
     (_with(_job_doc(), "partition_by", "day"), "field 'partition_by' has type str, not list"),
     (_with(_job_doc(), "partition_by", [1]), "field partition_by[0] is 1, not a string"),
-    (_with(_job_doc(), "replaces", {"job_uuid": "u", "generation": 0}), "lacks the field 'files'"),
+    (_with(_job_doc(), "replaces", {"job_uuid": "u", "generation": 0}), "lacks the field 'replaces.files'"),
+    (_with(_job_doc(), "replaces", {"job_uuid": "u", "generation": 0, "files": [3]}),
+     "field replaces.files[0] is 3, not a string"),
     (_with(_job_doc(), "replaces", {"job_uuid": 5, "generation": 0, "files": []}),
      "field 'replaces.job_uuid' has type int, not str"),
     (_with(_job_doc(), "replace_first", 1), "field 'replace_first' has type int, not bool"),
@@ -139,6 +141,8 @@ def test_optional_job_fields_default_and_old_plans_withdraw_the_root():
     (lambda d: d.update(tasks=[0, "1"]), "field 'tasks' must list task numbers"),
     (lambda d: d.update(deletions="a"), "field 'deletions' has type str, not list"),
     (lambda d: d.pop("app_attempt"), "lacks the field 'app_attempt'; the commit plan record is corrupt"),
+    (lambda d: d.update(attempt_history={"0": [1]}), "field attempt_history['0'] is [1], not lists of attempt names"),
+    (lambda d: d.update(attempt_history={"0": {"failed_attempts": [1]}}), "not lists of attempt names"),
 ])
 def test_commit_plan_corruption_is_named(change, message):
     plan = json.loads(plan_path().read_bytes())
@@ -154,6 +158,12 @@ def test_commit_plan_corruption_is_named(change, message):
     (lambda d: d["files"].pop(), "totals.files=2 but 1 files are listed"),
     (lambda d: d.pop("job_uuid"), "lacks the field 'job_uuid'"),
     (lambda d: d.update(format="airflow-commit-provider/success"), "is not an airflow-commit-provider commit-log"),
+    (lambda d: d.pop("generation"), "lacks the field 'generation'"),
+    (lambda d: d.update(generation="1"), "field 'generation' has type str, not int"),
+    (lambda d: d.update(tasks="0,1"), "field 'tasks' has type str, not list"),
+    (lambda d: d["tasks"][0].pop("attempt"), "lacks the field 'tasks[0].attempt'"),
+    (lambda d: d["tasks"][0].update(recovered_from_app="0"), "field 'tasks[0].recovered_from_app' has type str"),
+    (lambda d: d["files"][0].pop("task"), "lacks the field 'files[0].task'"),
 ])
 def test_commit_log_corruption_is_named(change, message):
     log = json.loads((FIXTURE / "commit_log.json").read_bytes())
@@ -176,3 +186,63 @@ def test_a_corrupt_job_record_stops_every_operation_naming_it(tmp_path):
         with pytest.raises(CorruptRecord, match="_job.json.*first_app_attempt"):
             call()
     assert sorted(p.name for p in root.rglob("*.parquet") if "_temporary" not in p.parts) == before
+
+
+def _committed_then_next_generation(root: Path) -> Any:
+    """Generation 0 committed (one file), generation 1's one task committed: the next commit replaces the file."""
+    import pyarrow as pa
+
+    from airflow_commit_provider.protocol import run_task_attempt
+
+    c = make_committer(str(root), "j", mode="overwrite")
+    for gen in range(2):
+        c.setup_job()
+        run_task_attempt(c, 0, 1, lambda w, g=gen: w.write(pa.table({"task": [0], "attempt": [g]})))
+        if gen == 0:
+            c.commit_job(1)
+    return c
+
+
+@pytest.mark.parametrize("damage", [
+    lambda d: d.pop("started"),
+    lambda d: d.pop("generation"),
+    lambda d: d["tasks"][0].pop("attempt"),
+])
+def test_a_damaged_commit_log_stops_the_next_commit_before_anything_visible_changes(tmp_path, damage):
+    """The commit log is read when the commit starts, before its plan: a damaged one stops it naming the file,
+    with the previous generation's data and _SUCCESS untouched and the job still running (not committing: the
+    teardown may still abort it). It used to be read after the new files were published and the old deleted,
+    leaving a commit that failed the same way on every retry."""
+    root = tmp_path / "out"
+    c = _committed_then_next_generation(root)
+    log_path = root / "_commits" / "j.json"
+    doc = json.loads(log_path.read_bytes())
+    damage(doc)
+    log_path.write_bytes(json.dumps(doc).encode())
+    before = {p.name: p.read_bytes() for p in root.iterdir() if p.is_file()}
+    with pytest.raises(CorruptRecord, match="_commits/j.json"):
+        c.commit_job(1)
+    assert {p.name: p.read_bytes() for p in root.iterdir() if p.is_file()} == before
+    assert not list((root / "_temporary" / "j").glob("_commit_plan_*")), "no plan was fixed"
+    assert c.abort_job()["aborted"] is True
+
+
+def test_a_resumed_commit_with_a_damaged_plan_stops_before_anything_visible_changes(tmp_path):
+    from airflow_commit_provider.protocol import faults
+
+    root = tmp_path / "out"
+    c = _committed_then_next_generation(root)
+    faults.arm("commit_job.after_plan", "raise")
+    try:
+        with pytest.raises(faults.InjectedFault):
+            c.commit_job(1)
+    finally:
+        faults.disarm()
+    plan_file = next((root / "_temporary" / "j").glob("_commit_plan_*"))
+    plan = json.loads(plan_file.read_bytes())
+    plan["attempt_history"] = {"0": [1]}
+    plan_file.write_bytes(json.dumps(plan).encode())
+    before = {p.name: p.read_bytes() for p in root.iterdir() if p.is_file()}
+    with pytest.raises(CorruptRecord, match="_commit_plan_.*attempt_history"):
+        c.commit_job(1)
+    assert {p.name: p.read_bytes() for p in root.iterdir() if p.is_file()} == before

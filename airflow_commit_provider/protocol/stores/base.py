@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Container, Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from typing import IO
 
 from ..parallel import parallel
@@ -52,18 +52,26 @@ class Store(ABC):
     def makedirs(self, rel: str) -> None: ...
 
     @abstractmethod
-    def list_files(self, rel: str = "", *, visible_only: bool = False,
-                   skip: Container[str] = ()) -> list[tuple[str, int]]:
+    def list_files(self, rel: str = "", *, visible_only: bool = False) -> list[tuple[str, int]]:
         """Every file under *rel*, recursively: ``(path relative to rel, size)``. Empty when *rel* is missing.
 
         With *visible_only*, names with a component starting with ``_`` or ``.`` (what readers skip: the
-        protocol's own records and work directories) are left out; the local disk does not even walk them. Paths
-        in *skip* are left out too (the local disk does not stat them: the markers skip the job's own files).
+        protocol's own records and work directories) are left out; the local disk does not even walk them.
         """
 
-    def list_names(self, rel: str, *, visible_only: bool = False) -> list[str]:
+    def list_names(self, rel: str) -> list[str]:
         """The paths of :meth:`list_files` without their sizes (on a local disk: no stat per file)."""
-        return [path for path, _ in self.list_files(rel, visible_only=visible_only)]
+        return [path for path, _ in self.list_files(rel)]
+
+    def visible_names(self) -> list[str]:
+        """The paths readers see under the root (:meth:`list_files` with *visible_only*), without sizes: the
+        local disk does not stat them."""
+        return [path for path, _ in self.list_files("", visible_only=True)]
+
+    def visible_files_except(self, skip: Container[str]) -> list[tuple[str, int]]:
+        """The visible files under the root and their sizes, but for those in *skip* (the local disk does not stat
+        them: ``_SUCCESS`` lists the job's own files from its records and only asks about the others)."""
+        return [(path, size) for path, size in self.list_files("", visible_only=True) if path not in skip]
 
     @abstractmethod
     def list_dir(self, rel: str) -> list[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Container
 from typing import IO, Any
 
 from ..errors import InvalidOutputSpec, StorageCapabilityError
@@ -60,8 +59,7 @@ class FsspecStore(Store):
             raise InvalidOutputSpec(f"{self.url(rel)} is a file, not a directory")
         self.fs.makedirs(path, exist_ok=True)
 
-    def list_files(self, rel: str = "", *, visible_only: bool = False,
-                   skip: Container[str] = ()) -> list[tuple[str, int]]:
+    def list_files(self, rel: str = "", *, visible_only: bool = False) -> list[tuple[str, int]]:
         base = self._p(rel)
         try:
             found = self.fs.find(base, detail=True, withdirs=False)
@@ -70,9 +68,8 @@ class FsspecStore(Store):
         prefix = base.rstrip("/") + "/"
         out = []
         for path, info in found.items():
-            name = path[len(prefix):]
-            if path.startswith(prefix) and not (visible_only and is_hidden(name)) and name not in skip:
-                out.append((name, int(info.get("size") or 0)))
+            if path.startswith(prefix) and not (visible_only and is_hidden(path[len(prefix):])):
+                out.append((path[len(prefix):], int(info.get("size") or 0)))
         return out
 
     def list_dir(self, rel: str) -> list[str]:

@@ -43,16 +43,14 @@ class LocalStore(Store):
 
     def read_bytes(self, rel: str) -> bytes:
         # Plain system calls: job commit reads one small record per task (10,000 and more), and Python's buffered
-        # file object costs twice the reads themselves.
+        # file object costs twice the reads themselves. Read until end of file: a network file system may return
+        # less than asked before it.
         fd = os.open(self._p(rel), os.O_RDONLY)
         try:
-            data = os.read(fd, _FIRST_READ)
-            if len(data) == _FIRST_READ:
-                parts = [data]
-                while chunk := os.read(fd, 1 << 20):
-                    parts.append(chunk)
-                data = b"".join(parts)
-            return data
+            parts = []
+            while chunk := os.read(fd, _FIRST_READ if not parts else 1 << 20):
+                parts.append(chunk)
+            return parts[0] if len(parts) == 1 else b"".join(parts)
         finally:
             os.close(fd)
 
@@ -120,10 +118,13 @@ class LocalStore(Store):
                 else:
                     yield name, entry
 
-    def list_files(self, rel: str = "", *, visible_only: bool = False,
-                   skip: Container[str] = ()) -> list[tuple[str, int]]:
+    def list_files(self, rel: str = "", *, visible_only: bool = False) -> list[tuple[str, int]]:
+        return self._sized(self._walk(rel, visible_only))
+
+    @staticmethod
+    def _sized(walk: Iterator[tuple[str, os.DirEntry[str]]], skip: Container[str] = ()) -> list[tuple[str, int]]:
         out: list[tuple[str, int]] = []
-        for name, entry in self._walk(rel, visible_only):
+        for name, entry in walk:
             if name in skip:
                 continue
             try:
@@ -132,8 +133,14 @@ class LocalStore(Store):
                 continue
         return out
 
-    def list_names(self, rel: str, *, visible_only: bool = False) -> list[str]:
-        return [name for name, _ in self._walk(rel, visible_only)]
+    def list_names(self, rel: str) -> list[str]:
+        return [name for name, _ in self._walk(rel)]
+
+    def visible_names(self) -> list[str]:
+        return [name for name, _ in self._walk("", True)]
+
+    def visible_files_except(self, skip: Container[str]) -> list[tuple[str, int]]:
+        return self._sized(self._walk("", True), skip)
 
     def marker_dirs(self, name: str) -> list[str]:
         out = []

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..parallel import parallel
@@ -79,12 +79,10 @@ class S3Store(FsspecStore):
         self._hook()
         return bytes(self.fs.cat_file(self._p(rel)))
 
-    def list_files(self, rel: str = "", *, visible_only: bool = False,
-                   skip: Container[str] = ()) -> list[tuple[str, int]]:
+    def list_files(self, rel: str = "", *, visible_only: bool = False) -> list[tuple[str, int]]:
         self._hook()
         self.fs.invalidate_cache()
-        return [(p, s) for p, s in super().list_files(rel, visible_only=visible_only, skip=skip)
-                if p and not p.endswith("/")]
+        return [(p, s) for p, s in super().list_files(rel, visible_only=visible_only) if p and not p.endswith("/")]
 
     def list_dir(self, rel: str) -> list[str]:
         self._hook()
