@@ -40,7 +40,7 @@ from .errors import (
     JobNotSetUp,
 )
 from .faults import inject
-from .layout import TEMPORARY, TRASH, JobLayout, check_job_id
+from .layout import COMMITS, TEMPORARY, TRASH, JobLayout, check_job_id
 from .paths import check_partition_key, check_relative
 from .abort import abort_job
 from .jobcommit import StageClock, run_job_commit
@@ -131,13 +131,15 @@ class FileOutputCommitter(OutputCommitter):
     :param partition_by: partition columns, in directory order.
     :param commit_threads: parallel file moves at job commit; default depends on the store.
     :param labels: free-form JSON values copied into ``_SUCCESS`` (dag id, run id, ...).
+    :param durable: on a local disk, fsync what each step needs so that a committed state survives a power cut
+        (README, "Guarantees"); ``False`` for scratch targets. Object stores are durable per request either way.
     """
 
     def __init__(self, output: Any, job_id: str, *, algorithm: int | str = 1, mode: str = "error",
                  partition_by: Iterable[str] = (), commit_threads: int | None = None, fs: Any = None,
                  storage_options: dict[str, Any] | None = None, labels: Mapping[str, Any] | None = None,
-                 part_size: int | None = None) -> None:
-        self.store: Store = store_for(output, fs=fs, storage_options=storage_options)
+                 part_size: int | None = None, durable: bool = True) -> None:
+        self.store: Store = store_for(output, fs=fs, storage_options=storage_options, durable=durable)
         self.job_id = check_job_id(job_id)
         self.algorithm = normalize_algorithm(algorithm)
         self.mode = check_mode(mode)
@@ -269,6 +271,8 @@ class FileOutputCommitter(OutputCommitter):
     def _check_target(self) -> None:
         if self.store.exists("") and not self.store.isdir(""):
             raise InvalidOutputSpec(f"output root {self.store.url()} is a file, not a directory")
+        # _temporary on another volume, or a link: found here, not at a rename half way through the commit
+        self.store.check_tree([self.layout.job_dir, COMMITS])
 
     def _create_job_record(self, replace_files: list[str], replace_first: bool) -> JobRecord:
         log = self.commit_log()

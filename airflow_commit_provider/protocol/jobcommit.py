@@ -18,7 +18,7 @@ import os
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -186,6 +186,7 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
 
     def apply(self, recs: dict[int, TaskCommitRecord]) -> Plan:
         c, job = self.c, self.run.job
+        check_tree(c, recs.values())
         dsts = {f.path for rec in recs.values() for f in rec.files}
         replaced = job.replaced_files
         replace_files = set(job.replace_files)  # e.g. the small files a compaction merged
@@ -247,7 +248,8 @@ class Publish(Stage[Plan, int]):
     def apply(self, plan: Plan) -> int:
         if self.run.job.replace_first:
             delete_and_prune(self.c.store, plan.fixed.deletions, self.c.commit_threads)
-        renamed = self.c.publisher.publish(plan.recs)
+        with self.c.store.batch():  # each directory the moves changed fsynced once, before the deletions
+            renamed = self.c.publisher.publish(plan.recs)
         self.c.publisher.after_publish(self.run.job.job_uuid, plan.recs)
         return renamed
 
@@ -393,6 +395,7 @@ def run_job_commit(c: FileOutputCommitter, job: JobRecord, tasks: Sequence[int] 
     else:
         run.resumed = True
         plan = Plan(stored, planned_records(c, stored))
+        check_tree(c, plan.recs)
     inject("commit_job.after_plan")
     plan = WithdrawMarkers(run)(plan)
     renamed = Publish(run)(plan)
@@ -406,6 +409,13 @@ def run_job_commit(c: FileOutputCommitter, job: JobRecord, tasks: Sequence[int] 
     manifest["durations"]["cleanup_after_success"] = round(time.monotonic() - cleanup_started, 6)
     manifest["diagnostics"]["cleanup_deferred"] = defer_cleanup and c.store.renames_directories
     return manifest
+
+
+def check_tree(c: FileOutputCommitter, recs: Iterable[TaskCommitRecord]) -> None:
+    """Before the first visible change of a job commit: no link and no other volume where the commit creates,
+    moves or deletes (the destination partitions, the job's directory, anything readers see)."""
+    dirs = {partition_of(f.path) for rec in recs for f in rec.files} | {c.layout.job_dir}
+    c.store.check_tree(dirs - {""}, visible=True)
 
 
 def planned_records(c: FileOutputCommitter, plan: CommitPlan) -> list[TaskCommitRecord]:

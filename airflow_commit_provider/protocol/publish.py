@@ -282,18 +282,20 @@ def _complete_moves(store: Store, job_id: str, rec: TaskCommitRecord, dst_dir: s
     remaining = {rel for rel, _ in store.list_files(src)}
     moves = [f for f in rec.files if f.path in remaining]
     if moves and not dst_dir:
-        withdraw_markers(store, marker_dirs_above(f.path for f in moves))
-    for f in moves:
-        if move_once(store, job_id, f"{src}/{f.path}", f"{dst_dir}/{f.path}" if dst_dir else f.path,
-                     f.size, replace=replace):
-            inject("commit_task.mid_move")
-    if remaining:
-        store.delete_tree(src)
+        withdraw_markers(store, marker_dirs_above(f.path for f in moves))  # durable before the first move
+    with store.batch():
+        for f in moves:
+            if move_once(store, job_id, f"{src}/{f.path}", f"{dst_dir}/{f.path}" if dst_dir else f.path,
+                         f.size, replace=replace):
+                inject("commit_task.mid_move")
+        if remaining:
+            store.delete_tree(src)
 
 
 def delete_and_prune(store: Store, rels: Sequence[str], threads: int) -> None:
     """Delete files (idempotent; S3: in batches), then the directories that became empty, deepest first."""
     store.delete_many(rels, threads, lambda: inject("commit_job.mid_delete"))
-    for d in sorted({partition_of(p) for p in rels} - {""}, key=lambda p: -p.count("/")):
-        while d and store.remove_dir_if_empty(d):
-            d = partition_of(d)
+    with store.batch():
+        for d in sorted({partition_of(p) for p in rels} - {""}, key=lambda p: -p.count("/")):
+            while d and store.remove_dir_if_empty(d):
+                d = partition_of(d)

@@ -18,6 +18,7 @@ from . import records
 from .attempts import COMMITTING, FAILED
 from .errors import CommitDenied, CorruptRecord, InvalidOutputSpec
 from .faults import inject
+from .paths import partition_of
 from .taskrecord import TaskCommitRecord
 
 if TYPE_CHECKING:
@@ -153,6 +154,9 @@ class TaskAttempts:
         if existing is None:
             data = self.new_record(ta, rows, sizes).to_json()
             mine = TaskCommitRecord.from_json(data, rec_path)  # as any reader will see it, checked before it exists
+            # the attempt's files reach the disk before the record that commits them (in the worker, in parallel
+            # across tasks: job commit then only fsyncs directories)
+            self.store.sync_tree(ta.work_dir)
             if self.store.create_exclusive(rec_path, data):
                 existing = mine
                 inject("commit_task.after_record")
@@ -195,6 +199,9 @@ class TaskAttempts:
                                f"hold {len(wrong)} of them as written: {shown}. Something removed or changed them "
                                "(a teardown, a cleanup, a newer try); the attempt is recorded failed and cannot "
                                "commit", task=ta.task, attempt=ta.attempt, attempt_failed=True)
+        # a partition that is a link or another volume is refused before anything is recorded (v2 publishes there
+        # at this very commit)
+        self.store.check_tree({partition_of(f.path) for f in files} - {""})
         clobbered = self.publisher.clobbered([f.path for f in files])
         # files of another attempt of this task that won meanwhile (a zombie's race) are not a clobber: the record
         # creation then fails and this attempt is denied with the winner

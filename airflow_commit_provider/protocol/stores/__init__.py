@@ -28,10 +28,13 @@ from .s3 import S3Store
 __all__ = ["FsspecStore", "LocalStore", "S3Store", "Store", "store_for"]
 
 
-def store_for(target: Any, *, fs: Any = None, storage_options: dict[str, Any] | None = None) -> Store:
+def store_for(target: Any, *, fs: Any = None, storage_options: dict[str, Any] | None = None,
+              durable: bool = True) -> Store:
     """The store for an output root given as a local path, a URL (``memory://``, ``s3://``) or an fsspec object.
 
     *fs* wins when given (the Airflow hooks resolve it from a connection); otherwise the URL is resolved by fsspec.
+    *durable* (local disks only; object stores are durable per request): ``False`` fsyncs nothing, for scratch
+    targets a power cut may lose.
     """
     if isinstance(target, Store):
         return target
@@ -42,7 +45,7 @@ def store_for(target: Any, *, fs: Any = None, storage_options: dict[str, Any] | 
         raise InvalidOutputSpec(f"output root {target!r} contains a NUL character")
     if fs is None:
         if "://" not in target:
-            return LocalStore(target)
+            return LocalStore(target, durable=durable)
         import fsspec
 
         try:
@@ -53,7 +56,7 @@ def store_for(target: Any, *, fs: Any = None, storage_options: dict[str, Any] | 
         path = fs._strip_protocol(target)
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     if protocol in ("file", "local"):
-        return LocalStore(path)
+        return LocalStore(path, durable=durable)
     if protocol in ("s3", "s3a"):
         return S3Store(fs, path)
     return FsspecStore(fs, path)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from typing import IO
 
 from ..parallel import parallel
@@ -164,6 +165,21 @@ class Store(ABC):
         """Rename the directory *src* to *dst* in one step if nothing is at *dst*; ``False`` (nothing changed) when
         something is, or when the store has no directory rename (object stores: a "directory" is a prefix)."""
         return False
+
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """A block whose changes need to be durable only when it ends (the local disk then fsyncs each directory
+        it changed once, not once per change). Nothing in the block may depend on an earlier change of the same
+        block being durable. Object stores: every request is durable when it returns; nothing to defer."""
+        return contextlib.nullcontext()
+
+    def sync_tree(self, rel: str) -> None:
+        """Make every file under *rel* durable (a task attempt's files, before its commit record names them).
+        Object stores: a completed upload is durable already."""
+
+    def check_tree(self, dirs: Iterable[str] = (), *, visible: bool = False) -> None:
+        """:class:`~..errors.InvalidOutputSpec` when the tree has what the protocol could leave the root through
+        (the local disk: a symbolic link, another volume) at or above *dirs*, or anywhere readers see with
+        *visible*. Object stores have neither: nothing to check."""
 
     def request_counts(self) -> dict[str, int]:
         """Requests made so far, by operation (object stores count them; others return nothing)."""

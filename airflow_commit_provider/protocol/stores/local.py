@@ -1,16 +1,29 @@
-"""The local disk: ``os.link`` for exclusive creation, hard-link moves that refuse to replace, directory renames."""
+"""The local disk: ``os.link`` for exclusive creation, hard-link moves that refuse to replace, directory renames.
+
+Every change is durable when the call returns (see :mod:`.durability`: files fsynced before a name publishes them,
+directories fsynced after their entries change), unless the store was made with ``durable=False``. The tree the
+protocol works in is checked before anything visible changes (:meth:`LocalStore.check_tree`): no symlink and no
+other volume below the root, so that nothing is ever created, moved or deleted outside it and a rename never
+fails with ``EXDEV`` half way through a commit.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import os
+import shutil
+import stat
 import uuid
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from typing import IO
 
 from ..errors import InvalidOutputSpec
+from ..layout import COMMITS, TEMPORARY
+from ..parallel import parallel
+from ..paths import is_hidden
 from .base import Store
+from .durability import DirSync, fsync_file
 
 
 #: one read takes a whole record (records are a few hundred bytes; a manifest may be megabytes)
@@ -25,8 +38,11 @@ class LocalStore(Store):
     default_commit_threads = 1
     protocol = "file"
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, *, durable: bool = True) -> None:
         self.root = os.path.abspath(os.path.expanduser(root))
+        #: ``False`` for scratch targets: nothing is fsynced, a power cut may then lose committed output
+        self.durable = durable
+        self._sync = DirSync(durable)
 
     def _p(self, rel: str) -> str:
         # rel is "/"-separated and checked (paths.check_relative); plain concatenation is the hot path of a commit
@@ -59,16 +75,27 @@ class LocalStore(Store):
         return os.path.join(head, f".{tail}.{uuid.uuid4().hex}.tmp")
 
     def _write_tmp(self, path: str, data: bytes) -> str:
+        """*data* in a new hidden file beside *path*, durable before any name publishes it; a failed write (a full
+        disk) leaves nothing behind."""
         self._makedirs_abs(os.path.dirname(path))
         tmp = self._tmp_for(path)
-        with open(tmp, "wb") as fh:
-            fh.write(data)
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                if self.durable:
+                    os.fsync(fh.fileno())
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         return tmp
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         path = self._p(rel)
         tmp = self._write_tmp(path, data)
         os.replace(tmp, path)
+        self._sync.changed(os.path.dirname(path))
 
     def create_exclusive(self, rel: str, data: bytes) -> bool:
         path = self._p(rel)
@@ -82,17 +109,34 @@ class LocalStore(Store):
             return False
         finally:
             os.unlink(tmp)
+            self._sync.changed(os.path.dirname(path))
 
-    @staticmethod
-    def _makedirs_abs(path: str) -> None:
-        # Another job may remove an empty shared parent (``_temporary``) between our mkdir calls: retry.
+    def _makedirs_abs(self, path: str) -> None:
+        """``mkdir -p``, each new directory's entry durable in its parent. Another job may remove an empty shared
+        parent (``_temporary``) between our mkdir calls: retry."""
         for _ in range(20):
             try:
-                os.makedirs(path, exist_ok=True)
+                self._mkdirs_once(path)
                 return
             except FileNotFoundError:
                 continue
-        os.makedirs(path, exist_ok=True)
+        self._mkdirs_once(path)
+
+    def _mkdirs_once(self, path: str) -> None:
+        if os.path.isdir(path):
+            return
+        missing = []
+        head = path
+        while not os.path.isdir(head):
+            missing.append(head)
+            head = os.path.dirname(head)
+        for d in reversed(missing):
+            try:
+                os.mkdir(d)
+            except FileExistsError:
+                if not os.path.isdir(d):
+                    raise
+            self._sync.changed(os.path.dirname(d))
 
     def makedirs(self, rel: str) -> None:
         path = self._p(rel)
@@ -176,7 +220,29 @@ class LocalStore(Store):
             op(src_path, dst_path)
 
     def move_file(self, src: str, dst: str, size: int | None = None) -> None:
-        self._with_parent(os.replace, self._p(src), self._p(dst))
+        src_path, dst_path = self._p(src), self._p(dst)
+        self._with_parent(os.replace, src_path, dst_path)
+        self._sync.changed(os.path.dirname(src_path), os.path.dirname(dst_path))
+
+    def publish_files(self, moves: Sequence[tuple[str, str, int | None]], threads: int,
+                      after_each: Callable[[], None]) -> None:
+        # one fsync per directory involved, after all the renames (each rename is atomic on its own); a move an
+        # interrupted run did already still counts: its directories may not have been synced by that run
+        touched: set[str] = set()
+
+        def move(item: tuple[str, str, int | None]) -> None:
+            src_path, dst_path = self._p(item[0]), self._p(item[1])
+            touched.update((os.path.dirname(src_path), os.path.dirname(dst_path)))
+            try:
+                self._with_parent(os.replace, src_path, dst_path)
+            except FileNotFoundError:
+                if not os.path.lexists(dst_path):
+                    raise FileNotFoundError(self.url(item[0])) from None
+                return
+            after_each()
+
+        parallel(move, list(moves), threads)
+        self._sync.changed_all(touched)
 
     def move_no_replace(self, src: str, dst: str) -> None:
         # link + unlink: the link fails if dst exists (rename would silently replace it). A crash between the two
@@ -192,8 +258,11 @@ class LocalStore(Store):
             if not same:
                 raise FileExistsError(f"{self.url(dst)} exists; refusing to replace it with {self.url(src)}") \
                     from None
+        # the new name is durable before the old one goes: otherwise a power cut could keep the unlink only
+        self._sync.now(os.path.dirname(dst_path))
         with contextlib.suppress(FileNotFoundError):  # idem
             os.unlink(src_path)
+        self._sync.changed(os.path.dirname(src_path))
 
     def move_dir_if_absent(self, src: str, dst: str) -> bool:
         src_path, dst_path = self._p(src), self._p(dst)
@@ -209,30 +278,127 @@ class LocalStore(Store):
             if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
                 return False
             raise
+        self._sync.changed(os.path.dirname(src_path), os.path.dirname(dst_path))
         return True
 
     def delete_file(self, rel: str) -> None:
+        path = self._p(rel)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._p(rel))
+            os.unlink(path)
+        self._sync.changed(os.path.dirname(path))
+
+    def delete_files(self, rels: list[str]) -> None:
+        with self._sync.batch():
+            for rel in rels:
+                self.delete_file(rel)
+
+    def delete_many(self, rels: Sequence[str], threads: int, after_each: Callable[[], None]) -> None:
+        touched: set[str] = set()
+
+        def delete(rel: str) -> None:
+            path = self._p(rel)
+            touched.add(os.path.dirname(path))
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            after_each()
+
+        parallel(delete, list(rels), threads)
+        self._sync.changed_all(touched)
 
     def delete_tree(self, rel: str) -> None:
-        import shutil
-
         path = self._p(rel)
         if os.path.isdir(path) and not os.path.islink(path):
             # ignore_errors: a zombie may be writing into the tree while we remove it; what it writes stays hidden
             shutil.rmtree(path, ignore_errors=True)
+            self._sync.changed(os.path.dirname(path))
         else:
             self.delete_file(rel)
 
     def remove_dir_if_empty(self, rel: str) -> bool:
+        path = self._p(rel)
         try:
-            os.rmdir(self._p(rel))
-            return True
+            os.rmdir(path)
         except OSError:
             return False
+        self._sync.changed(os.path.dirname(path))
+        return True
 
     def open_write(self, rel: str) -> IO[bytes]:
         path = self._p(rel)
         self._makedirs_abs(os.path.dirname(path))
         return open(path, "wb")
+
+    # ------------------------------------------------------------------ durability and the tree's shape
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        return self._sync.batch()
+
+    def sync_tree(self, rel: str) -> None:
+        """Fsync every file and directory under *rel* (a task attempt's files at its task commit, before the record
+        that publishes them): the data is then on the disk before any name refers to it."""
+        if not self.durable:
+            return
+        top = self._p(rel)
+        dirs = [top]
+        files = [entry.path for _, entry in self._walk(rel)]
+        for path in files:
+            head = os.path.dirname(path)
+            while head != top and head not in dirs:
+                dirs.append(head)
+                head = os.path.dirname(head)
+        parallel(fsync_file, files, 4)
+        self._sync.now(*dirs)
+
+    def check_tree(self, dirs: Iterable[str] = (), *, visible: bool = False) -> None:
+        """Refuse, naming the path, a tree the protocol could leave through: a symlink, or a directory on another
+        volume (a mount point), at or above any of *dirs* (the directories a step will create, move into or
+        delete under) or, with *visible*, anywhere in the tree readers see. The root itself may be a link (it is
+        where the table lives); nothing below it may. Called before the first visible change (set-up, the
+        commit plan, a v2 task commit), so that a move never follows a link out of the root, a deletion never
+        removes what a link pointed at, and a rename never fails with ``EXDEV`` after the markers are gone."""
+        try:
+            device = os.stat(self.root).st_dev
+        except FileNotFoundError:
+            return
+        checked: set[str] = set()
+        for rel in dirs:
+            parts = [p for p in rel.split("/") if p]
+            for i in range(1, len(parts) + 1):
+                sub = "/".join(parts[:i])
+                if sub in checked:
+                    continue
+                checked.add(sub)
+                try:
+                    st = os.lstat(self._p(sub))
+                except FileNotFoundError:
+                    break  # created later, by the protocol, as a real directory of the root's volume
+                self._check_entry(sub, st, device)
+        if visible:
+            stack = [""]
+            while stack:
+                rel = stack.pop()
+                try:
+                    entries = list(os.scandir(self._p(rel)))
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                for entry in entries:
+                    sub = f"{rel}/{entry.name}" if rel else entry.name
+                    hidden = is_hidden(entry.name)
+                    if hidden and sub not in (TEMPORARY, COMMITS):
+                        continue  # readers and the protocol never look there
+                    if entry.is_symlink() or entry.is_dir(follow_symlinks=False):
+                        self._check_entry(sub, entry.stat(follow_symlinks=False), device)
+                        if not hidden and not entry.is_symlink():
+                            stack.append(sub)
+
+    def _check_entry(self, rel: str, st: os.stat_result, device: int) -> None:
+        if stat.S_ISLNK(st.st_mode):
+            target = os.readlink(self._p(rel))
+            raise InvalidOutputSpec(
+                f"{self.url(rel)} is a symbolic link (to {target}); the protocol never follows links below the "
+                "output root, where a move or deletion could reach outside it. Replace the link with a real "
+                "directory, or make the link's target the output root; nothing was changed")
+        if stat.S_ISDIR(st.st_mode) and st.st_dev != device:
+            raise InvalidOutputSpec(
+                f"{self.url(rel)} is on another volume than the output root {self.url()} (device {st.st_dev}, "
+                f"not {device}); renames cannot cross volumes, so a commit could stop half way. Keep the whole "
+                "output root, _temporary included, on one file system; nothing was changed")
