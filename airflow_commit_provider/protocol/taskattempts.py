@@ -199,9 +199,14 @@ class TaskAttempts:
                                f"hold {len(wrong)} of them as written: {shown}. Something removed or changed them "
                                "(a teardown, a cleanup, a newer try); the attempt is recorded failed and cannot "
                                "commit", task=ta.task, attempt=ta.attempt, attempt_failed=True)
-        # a partition that is a link or another volume is refused before anything is recorded (v2 publishes there
-        # at this very commit)
-        self.store.check_tree({partition_of(f.path) for f in files} - {""})
+        try:
+            # a partition that is a link or on another volume is refused before anything is recorded (v2 publishes
+            # there at this very commit; v1 would fail at job commit)
+            self.store.check_tree({partition_of(f.path) for f in files} - {""})
+        except InvalidOutputSpec:
+            self.ledger.overrule(ta.app_attempt, ta.task, ta.attempt)
+            self.publisher.discard(ta.work_dir)
+            raise
         clobbered = self.publisher.clobbered([f.path for f in files])
         # files of another attempt of this task that won meanwhile (a zombie's race) are not a clobber: the record
         # creation then fails and this attempt is denied with the winner
