@@ -151,13 +151,14 @@ def move_once(store: Store, job_id: str, src: str, dst: str, size: int | None = 
     """Move *src* to *dst* unless that already happened (earlier run, or a concurrent completer).
 
     ``True`` when this call moved the file. A file in neither place was deleted outside the protocol. Without
-    *replace*, a *dst* holding another file (another task's file of the same name) is refused.
+    *replace*, a *dst* holding another file (another task's file of the same name) is refused, and *src* is only
+    linked to *dst*: the caller removes it once every new name is durable.
     """
     try:
         if replace:
             store.move_file(src, dst, size)
         else:
-            store.move_no_replace(src, dst)
+            store.link_no_replace(src, dst)
         return True
     except FileExistsError:
         raise InvalidOutputSpec(f"job {job_id}: {store.url(dst)} already holds another task's file of that name; "
@@ -283,13 +284,13 @@ def _complete_moves(store: Store, job_id: str, rec: TaskCommitRecord, dst_dir: s
     moves = [f for f in rec.files if f.path in remaining]
     if moves and not dst_dir:
         withdraw_markers(store, marker_dirs_above(f.path for f in moves))  # durable before the first move
-    with store.batch():
+    with store.batch():  # the new names durable together, before the attempt directory goes
         for f in moves:
             if move_once(store, job_id, f"{src}/{f.path}", f"{dst_dir}/{f.path}" if dst_dir else f.path,
                          f.size, replace=replace):
                 inject("commit_task.mid_move")
-        if remaining:
-            store.delete_tree(src)
+    if remaining:
+        store.delete_tree(src)
 
 
 def delete_and_prune(store: Store, rels: Sequence[str], threads: int) -> None:

@@ -14,7 +14,7 @@ from ..paths import is_hidden
 class Store(ABC):
     """Operations under one output root. Subclasses fix atomicity; see the module docstring."""
 
-    #: ``True`` when :meth:`move_no_replace` exists: a move is one metadata operation that can refuse to replace
+    #: ``True`` when :meth:`link_no_replace` exists: a move is one metadata operation that can refuse to replace
     #: (hard links on a local disk). v1 task commit then stages files next to the other tasks' committed files.
     link_moves: bool = False
     #: Threads for file moves at job commit when the caller does not choose. Renames into one local directory
@@ -156,10 +156,12 @@ class Store(ABC):
     def open_write(self, rel: str) -> IO[bytes]:
         """A binary file object for writing a new data file (parent directories are created)."""
 
-    def move_no_replace(self, src: str, dst: str) -> None:
-        """Move a file unless *dst* holds another one (:class:`FileExistsError`); :class:`FileNotFoundError` when
-        *src* is missing. Finishing a move a crash interrupted is not an error. Only where ``link_moves``."""
-        raise NotImplementedError(f"{type(self).__name__} has no move that refuses to replace")
+    def link_no_replace(self, src: str, dst: str) -> bool:
+        """Give the file *src* the second name *dst* unless *dst* holds another file (:class:`FileExistsError`);
+        ``False`` when *src* is gone and *dst* is its name already (a concurrent completer moved it). The caller
+        removes *src* later, once every new name is durable: a task commit links all its files, then removes its
+        attempt directory. Only where ``link_moves``."""
+        raise NotImplementedError(f"{type(self).__name__} has no link that refuses to replace")
 
     def move_dir_if_absent(self, src: str, dst: str) -> bool:
         """Rename the directory *src* to *dst* in one step if nothing is at *dst*; ``False`` (nothing changed) when

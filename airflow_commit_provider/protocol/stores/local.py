@@ -244,9 +244,9 @@ class LocalStore(Store):
         parallel(move, list(moves), threads)
         self._sync.changed_all(touched)
 
-    def move_no_replace(self, src: str, dst: str) -> None:
-        # link + unlink: the link fails if dst exists (rename would silently replace it). A crash between the two
-        # leaves both names on one inode, which the next call recognises and finishes.
+    def link_no_replace(self, src: str, dst: str) -> bool:
+        # the link fails if dst exists (rename would silently replace it); a crash after it leaves both names on
+        # one inode, which the next call recognises
         src_path, dst_path = self._p(src), self._p(dst)
         try:
             self._with_parent(os.link, src_path, dst_path)
@@ -254,15 +254,12 @@ class LocalStore(Store):
             try:
                 same = os.path.samefile(src_path, dst_path)
             except FileNotFoundError:  # a concurrent completer finished this very move
-                return
+                return False
             if not same:
                 raise FileExistsError(f"{self.url(dst)} exists; refusing to replace it with {self.url(src)}") \
                     from None
-        # the new name is durable before the old one goes: otherwise a power cut could keep the unlink only
-        self._sync.now(os.path.dirname(dst_path))
-        with contextlib.suppress(FileNotFoundError):  # idem
-            os.unlink(src_path)
-        self._sync.changed(os.path.dirname(src_path))
+        self._sync.changed(os.path.dirname(dst_path))
+        return True
 
     def move_dir_if_absent(self, src: str, dst: str) -> bool:
         src_path, dst_path = self._p(src), self._p(dst)
