@@ -24,16 +24,17 @@ class CommitStorageHook(BaseHook):
         super().__init__()
         self.conn_id = conn_id
 
-    def get_store(self, target: Any) -> Store:
+    def get_store(self, target: Any, *, durable: bool = True) -> Store:
+        """The store of *target*; *durable* (local disks) as in :func:`~..protocol.stores.store_for`."""
         if isinstance(target, ObjectStoragePath):
-            return self._from_object_storage(target)
+            return self._from_object_storage(target, durable)
         if not isinstance(target, str) or not target.strip():
             raise InvalidOutputSpec(f"target must be a path, a URL or an ObjectStoragePath, got {target!r}")
         if "://" in target and not target.startswith("file://"):
-            return self._from_object_storage(ObjectStoragePath(target, conn_id=self.conn_id))
+            return self._from_object_storage(ObjectStoragePath(target, conn_id=self.conn_id), durable)
         if self.conn_id:
             self.log.info("conn_id %r ignored for the local path %s", self.conn_id, target)
-        return store_for(target.removeprefix("file://"))
+        return store_for(target.removeprefix("file://"), durable=durable)
 
     def committed_manifest(self, target: Any, *, job_id: str | None = None,
                            verify_files: bool = False) -> dict[str, Any] | None:
@@ -47,14 +48,14 @@ class CommitStorageHook(BaseHook):
             return None
         return manifest
 
-    def _from_object_storage(self, path: ObjectStoragePath) -> Store:
+    def _from_object_storage(self, path: ObjectStoragePath, durable: bool = True) -> Store:
         conn_id = _conn_id_of(path) or self.conn_id
         if conn_id:
             self._check_connection(conn_id)
             path = ObjectStoragePath(str(path), conn_id=conn_id)
         protocol = path.protocol or "file"
         if protocol in ("file", "local"):
-            return store_for(path.path)
+            return store_for(path.path, durable=durable)
         try:
             fs = path.fs
         except Exception as exc:

@@ -59,7 +59,7 @@ def _call(func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, An
 
 
 #: The parameters every operator of a stage takes (:class:`CommitBaseOperator`'s own).
-SHARED_ARGS = ("target", "conn_id", "algorithm", "mode", "partition_by", "commit_threads", "job_name")
+SHARED_ARGS = ("target", "conn_id", "algorithm", "mode", "partition_by", "commit_threads", "job_name", "durable")
 
 
 def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
@@ -85,6 +85,9 @@ def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
                 out[name] = check(args[name])
             except InvalidOutputSpec as exc:
                 raise bad(name, str(exc)) from None
+    if "durable" in args and not isinstance(args["durable"], bool):
+        raise bad("durable", "give True (the default: a committed output survives a power cut) or False (a "
+                             "scratch target on a local disk: nothing is fsynced)")
     if out.get("mode") == "dynamic" and "partition_by" in args and not out["partition_by"]:
         raise bad("partition_by", "mode='dynamic' replaces the partitions a job writes, so it needs partition_by")
     return out
@@ -135,6 +138,8 @@ class CommitBaseOperator(BaseOperator):
     :param partition_by: partition column(s)
     :param commit_threads: parallel moves at job commit (``None``: the store's default)
     :param job_name: the stage's name in the job id; default: the task group's id, else ``"default"`` (templated)
+    :param durable: on a local disk, fsync what a committed output needs to survive a power cut (default);
+        ``False`` for scratch targets. Object stores are durable per request either way.
 
     Every one is validated at construction, and by ``.partial(...)`` for a mapped operator (whose constructor runs
     only when its tasks run), so a bad value fails the DAG file's import with
@@ -151,10 +156,11 @@ class CommitBaseOperator(BaseOperator):
 
     def __init__(self, *, target: Any, conn_id: str | None = None, algorithm: int | str = 1, mode: str = "error",
                  partition_by: Collection[str] | str = (), commit_threads: int | None = None,
-                 job_name: str | None = None, **kwargs: Any) -> None:
+                 job_name: str | None = None, durable: bool = True, **kwargs: Any) -> None:
         args = check_commit_args({"target": target, "conn_id": conn_id, "algorithm": algorithm, "mode": mode,
                                   "partition_by": partition_by, "commit_threads": commit_threads,
-                                  "job_name": job_name}, f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})")
+                                  "job_name": job_name, "durable": durable},
+                                 f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})")
         super().__init__(**kwargs)
         self.target = args["target"]
         self.conn_id = args["conn_id"]
@@ -163,6 +169,7 @@ class CommitBaseOperator(BaseOperator):
         self.partition_by = args["partition_by"]
         self.commit_threads = args["commit_threads"]
         self.job_name = args["job_name"]
+        self.durable = args["durable"]
 
     def _job_name(self) -> str:
         if self.job_name:
@@ -175,7 +182,7 @@ class CommitBaseOperator(BaseOperator):
         return make_job_id(context["dag"].dag_id, context["run_id"], self._job_name())
 
     def committer(self, context: Mapping[str, Any]) -> FileOutputCommitter:
-        store = CommitStorageHook(self.conn_id).get_store(self.target)
+        store = CommitStorageHook(self.conn_id).get_store(self.target, durable=self.durable)
         return make_committer(store, self.job_id(context), algorithm=self.algorithm, mode=self.mode,
                               partition_by=self.partition_by, commit_threads=self.commit_threads,
                               labels={"dag_id": context["dag"].dag_id, "run_id": context["run_id"],

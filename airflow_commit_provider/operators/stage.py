@@ -23,12 +23,14 @@ def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., A
                  conn_id: str | None = None, algorithm: int | str = 1, mode: str = "error",
                  partition_by: Collection[str] | str = (), commit_threads: int | None = None,
                  ensure_target: bool = False, purge_on_failure: bool = False, write_retries: int | None = None,
-                 write_kwargs: Mapping[str, Any] | None = None, outlets: Sequence[Any] = ()) -> TaskGroup:
+                 write_kwargs: Mapping[str, Any] | None = None, outlets: Sequence[Any] = (),
+                 durable: bool = True) -> TaskGroup:
     """Build the stage as a TaskGroup named *group_id* (which is also the job name).
 
     With *expand_op_kwargs* (a list of dicts, or an XComArg resolving to one) the write is mapped: one task per
     element, task number = map index. ``ensure_target=True`` puts an :class:`EnsureTargetOperator` first.
     *outlets* go on the commit task, so an asset event is emitted only when the data is committed.
+    ``durable=False`` fsyncs nothing on a local disk (a scratch target a power cut may lose).
 
     Example::
 
@@ -39,7 +41,8 @@ def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., A
     """
     # the shared parameters, validated once here (a bad one names commit_stage), given to every operator as they are
     common = check_commit_args({"target": target, "conn_id": conn_id, "algorithm": algorithm, "mode": mode,
-                                "partition_by": partition_by, "commit_threads": commit_threads, "job_name": group_id},
+                                "partition_by": partition_by, "commit_threads": commit_threads, "job_name": group_id,
+                                "durable": durable},
                                f"commit_stage({group_id!r})")
     with TaskGroup(group_id) as group:
         setup = CommitSetupOperator(task_id="setup", **common)

@@ -71,6 +71,7 @@ BAD_SHARED = [
     ("commit_threads", "4", "commit_threads must be a positive integer"),
     ("target", "", "target is required"),
     ("target", None, "target is required"),
+    ("durable", "yes", "give True (the default"),
 ]
 
 
@@ -86,6 +87,16 @@ def test_a_bad_shared_parameter_fails_at_construction_naming_it(operator, name, 
     message = str(raised.value)
     assert f"{operator.__name__}(task_id='op')" in message and f"{name}={value!r}" in message and why in message
     assert dag.task_ids == [], "a refused operator is not left half-built in the DAG"
+
+
+def test_durable_reaches_the_local_store(tmp_path):
+    """``durable=False`` (a scratch target) is the store's, not a global switch; the default fsyncs."""
+    with _dag("opbase_durable") as dag:
+        scratch = CommitSetupOperator(task_id="scratch", target=str(tmp_path), durable=False)
+        table = CommitSetupOperator(task_id="table", target=f"file://{tmp_path}")
+    context = {"dag": dag, "run_id": "r1"}
+    assert scratch.committer(context).store.durable is False
+    assert table.committer(context).store.durable is True
 
 
 def test_dynamic_mode_needs_partition_by_at_construction():
