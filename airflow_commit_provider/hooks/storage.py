@@ -10,8 +10,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook, ObjectStoragePath
 
-from ..protocol import InvalidOutputSpec, Store, read_success_marker, store_for
-from ..protocol.layout import SUCCESS
+from ..protocol import InvalidOutputSpec, MarkerChanging, Store, read_success_marker, store_for
 
 
 class CommitStorageHook(BaseHook):
@@ -39,11 +38,19 @@ class CommitStorageHook(BaseHook):
     def committed_manifest(self, target: Any, *, job_id: str | None = None,
                            verify_files: bool = False) -> dict[str, Any] | None:
         """The validated ``_SUCCESS`` manifest under *target*, or ``None`` while there is none (or it belongs to
-        another job than *job_id*). The sensor's poke and the deferrable trigger both ask this."""
+        another job than *job_id*). The sensor's poke and the deferrable trigger both ask this.
+
+        A marker a newer job is replacing is ``None`` too, not an error: withdrawn before or while it was read
+        (:class:`FileNotFoundError`), or changing during every listing (:class:`MarkerChanging`). A corrupt one
+        raises :class:`CorruptRecord`."""
         store = self.get_store(target)
-        if not store.exists(SUCCESS):
+        try:
+            manifest = read_success_marker(store, verify_files=verify_files)
+        except FileNotFoundError:
             return None
-        manifest = read_success_marker(store, verify_files=verify_files)
+        except MarkerChanging as exc:
+            self.log.info("%s", exc)
+            return None
         if job_id is not None and manifest["job_id"] != job_id:
             return None
         return manifest

@@ -30,6 +30,7 @@ from .errors import (
     JobConfigMismatch,
     JobIncomplete,
     JobNotSetUp,
+    MarkerChanging,
     StorageCapabilityError,
 )
 from .layout import JobLayout, check_job_id
@@ -41,7 +42,7 @@ from .writer import TaskAttemptWriter
 __all__ = [
     "MODES", "CommitDenied", "CommitProtocolError", "CorruptRecord", "FileOutputCommitter", "InvalidOutputSpec",
     "JobAlreadyCommitted", "JobConfigMismatch", "JobContext", "JobIncomplete", "JobLayout", "JobNotSetUp",
-    "make_committer",
+    "MarkerChanging", "make_committer",
     "LocalStore", "OutputCommitter", "StorageCapabilityError", "Store", "TaskAttemptContext", "TaskAttemptWriter",
     "TaskOutcome", "check_job_id", "normalize_algorithm", "read_success_marker", "run_task_attempt", "store_for",
 ]

@@ -58,5 +58,10 @@ class CorruptRecord(CommitProtocolError, ValueError):
     """A record of the protocol (job record, task commit record, commit plan, ``_SUCCESS``) is unreadable."""
 
 
+class MarkerChanging(CommitProtocolError):
+    """A verifying read of ``_SUCCESS`` found the marker changed each time it listed the marker's directory: jobs
+    are committing there. Not corruption: the output is not ready yet, and a later read may succeed."""
+
+
 class StorageCapabilityError(CommitProtocolError):
     """The file system lacks an operation the requested committer needs (e.g. atomic create-if-absent)."""

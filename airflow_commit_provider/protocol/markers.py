@@ -4,7 +4,8 @@ Whenever a ``_SUCCESS`` is present and reads as valid, the visible data files un
 files it lists: ``files`` (the committing job's) plus ``retained`` (files that were already there and stayed),
 with their sizes. Writers keep that true by withdrawing every marker above a file before the file appears or
 goes (:func:`withdraw_markers` over :func:`marker_dirs_above`) and writing markers only after the last change;
-readers check it with :func:`verify_listed_files` (``read_success_marker(..., verify_files=True)``).
+readers check it with ``read_success_marker(..., verify_files=True)``, which judges a listing only against a
+marker that stayed the same across it (a newer job replacing the marker is "not ready", not a lie).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from . import records
-from .errors import CorruptRecord
+from .errors import CorruptRecord, MarkerChanging
 from .layout import SUCCESS
 from .paths import join, partition_of
 from .stores import Store, store_for
@@ -79,13 +80,27 @@ def _write_partition_markers(store: Store, manifest: Mapping[str, Any], file_lis
             store.write_bytes(f"{part}/{SUCCESS}", records.dumps("success", doc))
 
 
+#: How many times a verifying read lists the directory before it gives up on a marker that changes under it. A job
+#: commit withdraws the markers, publishes, deletes old files and writes ``_SUCCESS`` last; a reader that meets one
+#: such change retries and usually finds the marker gone (not ready) or the new one stable. Three listings in a row
+#: each overlapping a change means the target is being rewritten continuously: :class:`MarkerChanging`.
+VERIFY_ATTEMPTS = 3
+
+
 def read_success_marker(path: Any, *, fs: Any = None, storage_options: dict[str, Any] | None = None,
                         verify_files: bool = False) -> dict[str, Any]:
     """Load and validate the ``_SUCCESS`` manifest of an output root (or of a partition of it).
 
-    *path* is the output root, the ``_SUCCESS`` file itself, or a :class:`Store`. With *verify_files*, every listed
-    file must exist with its recorded size. Raises :class:`FileNotFoundError` when there is no ``_SUCCESS`` and
-    :class:`CorruptRecord` naming the problem when it is not a valid manifest.
+    *path* is the output root, the ``_SUCCESS`` file itself, or a :class:`Store`. Raises :class:`FileNotFoundError`
+    when there is no ``_SUCCESS`` and :class:`CorruptRecord` naming the problem when it is not a valid manifest.
+
+    With *verify_files*, the visible files under the marker's directory must be exactly the listed ones, with their
+    recorded sizes. A listing is not atomic and a newer job may legitimately replace the marker meanwhile (withdraw,
+    publish, delete old files, write ``_SUCCESS``), so the marker is read again after the listing and the listing
+    is judged only against a marker that stayed byte for byte the same across it: a stable marker that does not
+    match is :class:`CorruptRecord` naming the difference. A marker that changed is read and checked again, up to
+    :data:`VERIFY_ATTEMPTS` listings; one withdrawn meanwhile is :class:`FileNotFoundError`, one still changing
+    after the last listing is :class:`MarkerChanging`. Both mean "not ready yet": ask again later.
     """
     if isinstance(path, Store):
         store = path
@@ -93,27 +108,50 @@ def read_success_marker(path: Any, *, fs: Any = None, storage_options: dict[str,
         text = os.fspath(path) if hasattr(path, "__fspath__") else str(path)
         root = text[: -len(SUCCESS) - 1] if text.rstrip("/").endswith("/" + SUCCESS) else text
         store = store_for(root, fs=fs, storage_options=storage_options)
-    try:
-        data = store.read_bytes(SUCCESS)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no _SUCCESS at {store.url(SUCCESS)}: the job has not committed") from None
     where = store.url(SUCCESS)
+    data = _marker_bytes(store, where, "the job has not committed")
+    if not verify_files:
+        return _parse_marker(data, where)
+    for _ in range(VERIFY_ATTEMPTS):
+        manifest = _parse_marker(data, where)
+        sizes = dict(store.list_files("", visible_only=True))
+        again = _marker_bytes(store, where, "it was withdrawn while its directory was listed: a job is committing")
+        if again == data:
+            _check_listing(manifest, sizes, where)
+            return manifest
+        data = again
+    raise MarkerChanging(f"{where} changed during each of {VERIFY_ATTEMPTS} listings of its directory: jobs are "
+                         "committing there; not ready yet, read it again later")
+
+
+def _marker_bytes(store: Store, where: str, why_absent: str) -> bytes:
+    try:
+        return store.read_bytes(SUCCESS)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no _SUCCESS at {where}: {why_absent}") from None
+
+
+def _parse_marker(data: bytes, where: str) -> dict[str, Any]:
     try:
         doc = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptRecord(f"{where} is not valid JSON ({exc}); it is truncated or was not written by "
                             "airflow-commit-provider") from exc
-    manifest = records.validate_success(doc, where)
-    if verify_files:
-        verify_listed_files(store, manifest, where)
-    return manifest
+    return records.validate_success(doc, where)
 
 
 def verify_listed_files(store: Store, manifest: Mapping[str, Any], where: str) -> None:
     """I9 as a reader checks it: the visible files under the marker's directory are exactly the files it lists
-    (``files`` and ``retained``), with their sizes; :class:`CorruptRecord` naming the first difference."""
+    (``files`` and ``retained``), with their sizes; :class:`CorruptRecord` naming the first difference. Only
+    meaningful while nothing writes there (tests, a stopped target): :func:`read_success_marker` is the reader that
+    tells a marker being replaced from a wrong one."""
+    _check_listing(manifest, dict(store.list_files("", visible_only=True)), where)
+
+
+def _check_listing(manifest: Mapping[str, Any], sizes: Mapping[str, int], where: str) -> None:
+    """Compare a manifest with a listing of its directory (*sizes*: visible path relative to the marker's
+    directory -> size); :class:`CorruptRecord` naming the first difference."""
     base = manifest.get("partition") or ""  # a partition's _SUCCESS lists paths from the output root
-    sizes = dict(store.list_files("", visible_only=True))
     listed = {}
     for f in list(manifest["files"]) + list(manifest.get("retained") or []):
         listed[f["path"][len(base) + 1:] if base else f["path"]] = f

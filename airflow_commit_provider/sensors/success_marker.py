@@ -22,8 +22,10 @@ class SuccessMarkerSensor(BaseSensorOperator):
 
     Works in ``poke`` and ``reschedule`` mode and deferrable (``deferrable=True``, default from ``[operators]
     default_deferrable``), in which case the waiting happens in the triggerer. A corrupt manifest fails the task
-    with a message naming the problem. With *job_id* only that job's ``_SUCCESS`` counts; with *verify_files* every
-    listed file must exist with its recorded size.
+    with a message naming the problem. With *job_id* only that job's ``_SUCCESS`` counts; with *verify_files* the
+    visible files must be exactly the listed ones, with their recorded sizes: a marker that stays the same while the
+    files are listed and does not match them fails the task, one that a newer job withdraws or rewrites meanwhile
+    is "not yet" and the sensor keeps waiting (see :func:`~airflow_commit_provider.protocol.read_success_marker`).
     """
 
     template_fields = ("target", "conn_id", "job_id")

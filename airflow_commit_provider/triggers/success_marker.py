@@ -12,7 +12,10 @@ from ..hooks.storage import CommitStorageHook
 
 
 class SuccessMarkerTrigger(BaseTrigger):
-    """Fires when a valid ``_SUCCESS`` exists under *target* (and, with *job_id*, belongs to that job)."""
+    """Fires when a valid ``_SUCCESS`` exists under *target* (and, with *job_id*, belongs to that job).
+
+    A marker being replaced by a newer job while it is read counts as not there yet (polling goes on); a corrupt
+    one, or with *verify_files* a stable one whose files differ, ends the wait with an error event."""
 
     def __init__(self, target: str, conn_id: str | None = None, job_id: str | None = None,
                  verify_files: bool = False, poke_interval: float = 5.0) -> None:
