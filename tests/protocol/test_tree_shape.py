@@ -173,7 +173,7 @@ def test_a_partition_on_another_volume_is_refused_before_any_marker_goes(tmp_pat
             shutil.copy2(saved / name, part / name)
         marker_before = (Path(cfg["root"]) / "_SUCCESS").read_bytes()
         rows_before = sorted(map(str, read_rows(cfg["root"])))
-        with pytest.raises(InvalidOutputSpec, match=r"day=d1 is on another volume"):
+        with pytest.raises(InvalidOutputSpec, match=r"day=d1 is a mount point below the output root"):
             run_job(cfg, mode)
         assert (Path(cfg["root"]) / "_SUCCESS").read_bytes() == marker_before
         assert sorted(map(str, read_rows(cfg["root"]))) == rows_before
@@ -186,9 +186,31 @@ def test_temporary_on_another_volume_is_refused_at_setup(tmp_path):
     root.mkdir()
     with Tmpfs(root / "_temporary"):
         committer = make_committer(str(root), "j", algorithm=1, mode="overwrite", partition_by=["day"])
-        with pytest.raises(InvalidOutputSpec, match=r"_temporary is on another volume"):
+        with pytest.raises(InvalidOutputSpec, match=r"_temporary is a mount point below the output root"):
             committer.setup_job()
         assert os.listdir(root / "_temporary") == []
+
+
+@needs_mount
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_a_bind_mount_of_the_same_file_system_is_refused_too(tmp_path, algorithm):
+    """A bind mount keeps the device number, but rename(2) does not cross it (EXDEV) all the same."""
+    cfg = committed_table(tmp_path, algorithm)
+    part = Path(cfg["root"]) / "day=d1"
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(str(part), str(elsewhere))
+    part.mkdir()
+    subprocess.run(["mount", "--bind", str(elsewhere), str(part)], check=True)
+    try:
+        assert os.stat(part).st_dev == os.stat(cfg["root"]).st_dev
+        before = snapshot(Path(cfg["root"]))
+        with pytest.raises(InvalidOutputSpec, match=r"day=d1 is a mount point below the output root"):
+            run_job(cfg, "dynamic")
+        assert {p: h for p, h in snapshot(Path(cfg["root"])).items() if "/_" not in p} == \
+            {p: h for p, h in before.items() if "/_" not in p}
+        read_success_marker(cfg["root"], verify_files=True)
+    finally:
+        subprocess.run(["umount", "-l", str(part)], check=False)
 
 
 @needs_mount

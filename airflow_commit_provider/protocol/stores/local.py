@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import shutil
 import stat
 import uuid
@@ -356,6 +357,13 @@ class LocalStore(Store):
             device = os.stat(self.root).st_dev
         except FileNotFoundError:
             return
+        mount = next(iter(self._mounts_below()), None)
+        if mount is not None:
+            # a bind mount keeps the device number, yet rename(2) refuses to cross it (EXDEV) all the same
+            raise InvalidOutputSpec(
+                f"{self.url(mount)} is a mount point below the output root {self.url()}; renames cannot cross "
+                "mounts, so a commit could stop half way. Keep the whole output root, _temporary included, on one "
+                "mount; nothing was changed")
         checked: set[str] = set()
         for rel in dirs:
             parts = [p for p in rel.split("/") if p]
@@ -386,6 +394,26 @@ class LocalStore(Store):
                         self._check_entry(sub, entry.stat(follow_symlinks=False), device)
                         if not hidden and not entry.is_symlink():
                             stack.append(sub)
+
+    def _mounts_below(self) -> list[str]:
+        """The mount points strictly below the root (relative paths), from ``/proc/self/mountinfo`` where the
+        system has one; the device check of :meth:`check_tree` covers the other systems."""
+        try:
+            with open("/proc/self/mountinfo", "rb") as fh:
+                lines = fh.read().decode("utf-8", "surrogateescape").splitlines()
+        except OSError:
+            return []
+        real = os.path.realpath(self.root).rstrip("/") + "/"
+        out = []
+        for line in lines:
+            fields = line.split(" ")
+            if len(fields) < 5:
+                continue
+            # the mount point is field 5, with space, tab, newline and backslash written as octal escapes
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[4])
+            if point.startswith(real):
+                out.append(point[len(real):])
+        return sorted(out)
 
     def _check_entry(self, rel: str, st: os.stat_result, device: int) -> None:
         if stat.S_ISLNK(st.st_mode):
