@@ -72,6 +72,10 @@ def abort_job(c: FileOutputCommitter, *, keep_committed: bool = False) -> dict[s
     removed_visible += strays
     removed = len(removed_visible) + c.publisher.abort_external(job.job_uuid,
                                                                 kept_uploads if keep_committed else set())
+    if c.mode == "error":   # the target is free again, unless a generation of this job committed there
+        if superseded(c, job, apps):
+            return stood_down(c)
+        c.target_claim.release_uncommitted()
     if keep_committed:
         if apps:
             c.store.write_bytes(c.layout.abort_record(apps[0]), records.dumps(

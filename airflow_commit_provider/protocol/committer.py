@@ -48,6 +48,7 @@ from .magic import MultipartPublisher
 from .publish import MovePublisher, Publisher, RenamePublisher, TaskCommitPublisher
 from .status import JobStatus
 from .stores import Store, store_for
+from .targetclaim import TargetClaim
 from .jobrecord import CommitLog, CommitPlan, JobRecord, Replaces
 from .taskattempts import TaskAttemptContext, TaskAttempts, check_number
 
@@ -126,8 +127,9 @@ class FileOutputCommitter(OutputCommitter):
     :param output: output root: local path, ``memory://...``, ``s3://...`` or a :class:`Store`.
     :param job_id: stable across retries and clears of the job (one write stage of one DAG run).
     :param algorithm: 1 (task output hidden until job commit) or 2 (task commit moves files into the output).
-    :param mode: ``error`` (target must hold no data), ``append``, ``overwrite`` (old data replaced at job
-        commit), ``dynamic`` (only the partitions this job wrote are replaced).
+    :param mode: ``error`` (target must hold no data; the first job to commit claims it, :mod:`.targetclaim`),
+        ``append``, ``overwrite`` (old data replaced at job commit), ``dynamic`` (only the partitions this job
+        wrote are replaced).
     :param partition_by: partition columns, in directory order.
     :param commit_threads: parallel file moves at job commit; default depends on the store.
     :param labels: free-form JSON values copied into ``_SUCCESS`` (dag id, run id, ...).
@@ -158,6 +160,8 @@ class FileOutputCommitter(OutputCommitter):
         self.labels = dict(labels or {})
         self.layout = JobLayout(self.job_id)
         self.ledger = AttemptLedger(self.store, self.layout)
+        #: mode ``error``: which job owns the target (:mod:`.targetclaim`)
+        self.target_claim = TargetClaim(self.store, self.layout)
         #: everything this committer does differently per algorithm and store (:mod:`.publish`)
         self.publisher = publisher_for(self.algorithm, self.store, self.layout, self.job_id, self.commit_threads,
                                        part_size=part_size)
@@ -242,9 +246,12 @@ class FileOutputCommitter(OutputCommitter):
 
         Idempotent in effect and never touches committed work: a re-run after a successful commit starts a new
         generation (new job uuid) whose commit will replace the previous generation's files; a re-run while a job
-        commit is under way changes nothing, so that the commit can be resumed.
+        commit is under way changes nothing, so that the commit can be resumed. In mode ``error`` it refuses at
+        once, naming the owner, when another job has claimed the target (:mod:`.targetclaim`).
         """
         self._check_target()
+        if self.mode == "error":
+            self.target_claim.refuse_other()   # fail fast: another job owns the target
         self.remove_trash()
         inject("setup_job.before_record")
         job = self.job_record()
@@ -301,9 +308,11 @@ class FileOutputCommitter(OutputCommitter):
         others = sorted((self.visible_files() if visible is None else visible) - own_files)
         if others:
             shown = ", ".join(others[:5]) + (" ..." if len(others) > 5 else "")
+            holder = self.target_claim.other_holder()
+            owner = f" (job {holder.job_id} claimed it in mode 'error' at {holder.claimed})" if holder else ""
             raise InvalidOutputSpec(
-                f"output {self.store.url()} already holds {len(others)} data file(s) ({shown}) and mode is 'error'; "
-                "use mode='append', 'overwrite' or 'dynamic' to write there")
+                f"output {self.store.url()} already holds {len(others)} data file(s) ({shown}){owner} and mode is "
+                "'error'; use mode='append', 'overwrite' or 'dynamic' to write there")
 
     # ------------------------------------------------------------------ task attempts (:mod:`.taskattempts`)
     def setup_task(self, task: int, attempt: int) -> TaskAttemptContext:
@@ -440,7 +449,9 @@ class FileOutputCommitter(OutputCommitter):
         their files were visible; each is recorded failed, its record removed, then its files.
 
         Refuses (returns ``state="committing"``) once a job commit has fixed its plan: from then on only rolling
-        forward is safe, and the next ``commit_job`` finishes the commit. Never touches another job's work.
+        forward is safe, and the next ``commit_job`` finishes the commit. Never touches another job's work. In mode
+        ``error`` it frees the target's claim if this job holds it and none of its generations committed
+        (:mod:`.targetclaim`).
         """
         return abort_job(self, keep_committed=keep_committed)
 

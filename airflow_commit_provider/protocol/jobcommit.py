@@ -180,7 +180,9 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
     """Decide, before anything visible changes, what the commit does, and record it exclusively: the tasks, the
     old files to delete, the markers to withdraw, the attempt history. The plan names tasks (their records in an
     application attempt are never rewritten), so it stays small whatever the number of files. A concurrent job
-    commit that fixed its plan first wins; this one then follows that plan."""
+    commit that fixed its plan first wins; this one then follows that plan. In mode ``error`` the job claims the
+    target just before (:mod:`.targetclaim`): the claim decides between jobs in mode ``error`` that found it empty
+    at the same moment; the emptiness check refuses what other modes wrote there."""
 
     name = "plan"
 
@@ -215,6 +217,8 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
                    if h["failed_attempts"] or h["denied_attempts"] or h["unfinished_attempts"]}
         plan = CommitPlan(c.job_id, job.job_uuid, c.current_app_attempt(job), self.run.started, tuple(sorted(recs)),
                           tuple(sorted(deletions)), tuple(sorted(withdraw)), history)
+        if c.mode == "error":
+            c.target_claim.take(job)   # the decision between jobs that checked the empty target at once
         if not c.store.create_exclusive(c.layout.plan(job.job_uuid), plan.to_json()):
             stored = c.commit_plan(job)
             assert stored is not None
@@ -397,6 +401,10 @@ def run_job_commit(c: FileOutputCommitter, job: JobRecord, tasks: Sequence[int] 
         plan = Plan(stored, planned_records(c, stored))
         check_tree(c, plan.recs)
     inject("commit_job.after_plan")
+    if c.mode == "error":
+        # every run of a plan, resumed ones too, holds the claim before its first visible change: a plan fixed
+        # without one (by an earlier release), or one whose claim an abort freed under it, takes it now or stops
+        c.target_claim.take(job)
     plan = WithdrawMarkers(run)(plan)
     renamed = Publish(run)(plan)
     DeleteOld(run)(plan)

@@ -86,6 +86,12 @@ class JobLayout:
     def commit_log(self) -> str:
         return f"{COMMITS}/{self.job_id}.json"
 
+    @property
+    def error_claim(self) -> str:
+        """The target's owner in mode ``error`` (:mod:`.targetclaim`): one per target, whatever the job. Its name
+        starts with ``_``, which no job id does, so it is never a job's commit log."""
+        return f"{COMMITS}/_error_claim.json"
+
     def app_dir(self, app: int) -> str:
         return f"{self.job_dir}/{app}"
 

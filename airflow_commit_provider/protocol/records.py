@@ -13,6 +13,7 @@ task commit record  ``task_record(app, t)``          exclusive: **the commit dec
 commit plan         ``plan(job_uuid)``               once, before the first move of job commit
 abort record        ``abort_record(app)``            by the failed run's teardown
 commit log          ``commit_log``                   at job commit; outlives ``_temporary``
+error-mode claim    ``error_claim``                  exclusive, before the plan (mode ``error``)
 ``_SUCCESS``        ``SUCCESS`` (and per partition)  last
 ==================  ===============================  =========================================
 
@@ -20,10 +21,10 @@ The paths themselves are named in one place, :class:`.layout.JobLayout` (and dra
 section, which a test checks against it).
 
 The records the protocol decides by are typed, each with its fields, ``to_json``/``from_json`` and validation: the
-task commit record in :mod:`.taskrecord`, the job record, commit plan and commit log in :mod:`.jobrecord`. The
-app-attempt marker and the attempt claims are existence checks and the abort record is a report (their content is
-for people, read as plain dicts); ``_SUCCESS`` is checked by :func:`validate_success`, which the sensor and any
-reader can call.
+task commit record in :mod:`.taskrecord`, the job record, commit plan and commit log in :mod:`.jobrecord`, the
+error-mode claim in :mod:`.targetclaim`. The app-attempt marker and the attempt claims are existence checks and the
+abort record is a report (their content is for people, read as plain dicts); ``_SUCCESS`` is checked by
+:func:`validate_success`, which the sensor and any reader can call.
 """
 
 from __future__ import annotations

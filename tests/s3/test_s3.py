@@ -237,6 +237,32 @@ def test_s3_two_processes_race_for_one_task(bucket, algorithm):
     assert pending_uploads(bucket) == []
 
 
+@pytest.mark.parametrize("algorithm", [1, "magic"])
+def test_s3_error_mode_claim(bucket, algorithm):
+    """Mode ``error`` on S3: job A's commit dies after its plan, job B (set up while the target was empty) is
+    refused naming A, A's resume commits its rows only; a third job is refused at setup (see
+    tests/protocol/test_error_claim.py). The claim is one exclusive PUT (If-None-Match)."""
+    root = f"s3://{bucket}/claim"
+    kw = {"mode": "error", "part_size": 5 * 2**20} if algorithm == "magic" else {"mode": "error"}
+    a, b = make(root, algorithm, job="job-a", **kw), make(root, algorithm, job="job-b", **kw)
+    for c, attempt in ((a, 1), (b, 2)):
+        c.setup_job()
+        run_task_attempt(c, 0, attempt, produce(0, attempt))
+    sc.crash_after_plan(a)
+    with pytest.raises(InvalidOutputSpec, match="belongs to job job-a"):
+        b.commit_job(1)
+    assert sc.visible_files(root) == []
+    a.commit_job(1)
+    assert sorted((r["task"], r["row"], r["attempt"]) for r in sc.read_rows(root)) == \
+        [(0, i, 1) for i in range(sc.ROWS)]
+    assert json.loads(a.store.read_bytes("_commits/_error_claim.json"))["job_id"] == "job-a"
+    with pytest.raises(InvalidOutputSpec, match="job-a"):
+        make(root, algorithm, job="job-c", **kw).setup_job()
+    assert b.abort_job()["aborted"] is True
+    assert read_success_marker(root, verify_files=True)["job_id"] == "job-a"
+    assert pending_uploads(bucket) == []
+
+
 def spark_like_insert_overwrite(fs, path: str, dies: bool) -> None:
     """Spark's INSERT OVERWRITE on S3: check the table path, delete it, write; the first attempt dies after
     the delete."""
