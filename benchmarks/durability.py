@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.run import _PARQUET_BYTES, prepare_job, rename_floor
+from benchmarks.run import floor_files, prepare_job, rename_floor
 from benchmarks.shapes import merge_json, print_table, shapes
 
 
@@ -48,12 +48,7 @@ def _fsync_dir(path: str) -> None:
 def durable_floor(base: str, n: int) -> float:
     """:func:`rename_floor` plus the fsyncs no correct publisher can skip: both directories after the renames,
     and a small ``_SUCCESS`` made durable before its name (the files' own data was made durable by the writers)."""
-    src, dst = os.path.join(base, "src"), os.path.join(base, "dst")
-    os.makedirs(src)
-    os.makedirs(dst)
-    for i in range(n):
-        with open(os.path.join(src, f"f{i}.parquet"), "wb") as fh:
-            fh.write(_PARQUET_BYTES)
+    src, dst = floor_files(base, n)
     os.sync()
     t0 = time.perf_counter()
     for i in range(n):

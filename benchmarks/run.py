@@ -75,13 +75,19 @@ def _parquet_bytes() -> bytes:
 _PARQUET_BYTES = _parquet_bytes()
 
 
-def rename_floor(base: str, n: int) -> float:
+def floor_files(base: str, n: int) -> tuple[str, str]:
+    """Two directories under *base*: ``src`` holding *n* one-row Parquet files, and an empty ``dst``."""
     src, dst = os.path.join(base, "src"), os.path.join(base, "dst")
     os.makedirs(src)
     os.makedirs(dst)
     for i in range(n):
         with open(os.path.join(src, f"f{i}.parquet"), "wb") as fh:
             fh.write(_PARQUET_BYTES)
+    return src, dst
+
+
+def rename_floor(base: str, n: int) -> float:
+    src, dst = floor_files(base, n)
     t0 = time.perf_counter()
     for i in range(n):
         os.rename(os.path.join(src, f"f{i}.parquet"), os.path.join(dst, f"f{i}.parquet"))

@@ -187,8 +187,9 @@ class LocalStore(Store):
     def visible_files_except(self, skip: Container[str]) -> list[tuple[str, int]]:
         return self._sized(self._walk("", True), skip)
 
-    def marker_dirs(self, name: str) -> list[str]:
-        out = []
+    def _visible_entries(self) -> Iterator[tuple[str, os.DirEntry[str]]]:
+        """Every entry of the directories readers see, depth first, as (its directory, entry): hidden entries are
+        yielded but never entered, nor are links."""
         stack = [""]
         while stack:
             rel = stack.pop()
@@ -197,11 +198,13 @@ class LocalStore(Store):
             except (FileNotFoundError, NotADirectoryError):
                 continue
             for entry in entries:
-                if entry.name == name and not entry.is_dir(follow_symlinks=False):
-                    out.append(rel)
-                elif not entry.name.startswith(("_", ".")) and entry.is_dir(follow_symlinks=False):
+                yield rel, entry
+                if not entry.name.startswith(("_", ".")) and entry.is_dir(follow_symlinks=False):
                     stack.append(f"{rel}/{entry.name}" if rel else entry.name)
-        return sorted(out)
+
+    def marker_dirs(self, name: str) -> list[str]:
+        return sorted(rel for rel, entry in self._visible_entries()
+                      if entry.name == name and not entry.is_dir(follow_symlinks=False))
 
     def list_dir(self, rel: str) -> list[str]:
         try:
@@ -378,22 +381,12 @@ class LocalStore(Store):
                     break  # created later, by the protocol, as a real directory of the root's volume
                 self._check_entry(sub, st, device)
         if visible:
-            stack = [""]
-            while stack:
-                rel = stack.pop()
-                try:
-                    entries = list(os.scandir(self._p(rel)))
-                except (FileNotFoundError, NotADirectoryError):
-                    continue
-                for entry in entries:
-                    sub = f"{rel}/{entry.name}" if rel else entry.name
-                    hidden = is_hidden(entry.name)
-                    if hidden and sub not in (TEMPORARY, COMMITS):
-                        continue  # readers and the protocol never look there
-                    if entry.is_symlink() or entry.is_dir(follow_symlinks=False):
-                        self._check_entry(sub, entry.stat(follow_symlinks=False), device)
-                        if not hidden and not entry.is_symlink():
-                            stack.append(sub)
+            for rel, entry in self._visible_entries():
+                sub = f"{rel}/{entry.name}" if rel else entry.name
+                if is_hidden(entry.name) and sub not in (TEMPORARY, COMMITS):
+                    continue  # readers and the protocol never look there
+                if entry.is_symlink() or entry.is_dir(follow_symlinks=False):
+                    self._check_entry(sub, entry.stat(follow_symlinks=False), device)
 
     def _mounts_below(self) -> list[str]:
         """The mount points strictly below the root (relative paths), from ``/proc/self/mountinfo`` where the
