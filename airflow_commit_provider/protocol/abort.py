@@ -48,6 +48,7 @@ def abort_job(c: FileOutputCommitter, *, keep_committed: bool = False) -> dict[s
                 # of the generation sweeps
                 c.ledger.overrule(rec.app_attempt, rec.task, rec.attempt)
                 c.store.delete_file(c.layout.task_record(rec.app_attempt, rec.task))
+                inject("abort_job.after_task_record")
                 removed_visible += c.publisher.withdraw_commit(rec)
                 continue
             committed.add((rec.task, rec.attempt))

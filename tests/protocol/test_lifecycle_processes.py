@@ -153,7 +153,8 @@ _PARENT_ENDS: set[Any] = set()
 REACHES: dict[str, tuple[str, ...]] = {
     "setup_job": ("setup_job",), "recover": ("recover_task",), "setup_task": ("setup_task", "abort_task"),
     "write": ("writer",), "close": ("writer",), "commit": ("commit_task",), "abort": ("abort_task",),
-    "abort_job": ("abort_job",), "commit_job": ("commit_job", "recover_task", "commit_task"),
+    "abort_job": ("abort_job", "commit_job"),   # a v2 abort deletes visible files through commit_job.mid_delete
+    "commit_job": ("commit_job", "recover_task", "commit_task"),
 }
 
 
