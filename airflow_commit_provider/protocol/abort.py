@@ -44,11 +44,19 @@ def abort_job(c: FileOutputCommitter, *, keep_committed: bool = False) -> dict[s
                 continue  # points at an earlier application attempt's record, handled there
             if not c.publisher.keeps_committed:
                 # v2: the attempt is recorded failed and its record removed first (nobody recovers it from now
-                # on), then its visible files; a crash in between leaves strays that the next commit or abort
-                # of the generation sweeps
+                # on), then its visible files; a crash in between leaves strays that the next try of the task
+                # replaces (TaskAttempts.withdrawn_files) and the next commit or abort of the generation sweeps.
+                # Once the record is gone a new try of the task may commit at the same names (after a clear, or
+                # retried in this application attempt): its files are not this attempt's to remove (I10), unless
+                # the purge ends the generation, records and all
                 c.ledger.overrule(rec.app_attempt, rec.task, rec.attempt)
                 c.store.delete_file(c.layout.task_record(rec.app_attempt, rec.task))
-                removed_visible += c.publisher.withdraw_commit(rec)
+                inject("abort_job.after_task_record")
+                if superseded(c, job, apps):
+                    return stood_down(c)
+                newer = c.attempts.record(rec.app_attempt, rec.task, job.job_uuid) if keep_committed else None
+                removed_visible += c.publisher.withdraw_commit(rec, keep={f.path for f in newer.files} if newer
+                                                               else set())
                 continue
             committed.add((rec.task, rec.attempt))
             if keep_committed:
@@ -66,6 +74,9 @@ def abort_job(c: FileOutputCommitter, *, keep_committed: bool = False) -> dict[s
     if superseded(c, job, apps):
         return stood_down(c)
     strays = sorted(c.publisher.strays(c.visible_files(), set(), job.job_uuid))
+    if strays and keep_committed:
+        live = live_files(c, job, apps)
+        strays = [p for p in strays if p not in live]
     if strays:
         withdraw_markers(c.store, marker_dirs_above(strays))
         delete_and_prune(c.store, strays, c.commit_threads)
@@ -109,6 +120,14 @@ def attempts_with_trace(c: FileOutputCommitter, app: int) -> set[tuple[int, int]
         if key is not None:
             found.add(key)
     return found
+
+
+def live_files(c: FileOutputCommitter, job: JobRecord, apps: list[int]) -> set[str]:
+    """Files the generation's task records list now, read after the visible files were listed (a task commit
+    creates its record before its files appear). Those of a commit this abort never saw (recorded after it
+    read the records, by an attempt that had claimed its commit) stay when the generation goes on: that commit
+    may still count (I10)."""
+    return {f.path for app in apps for rec in c.status_reader.app_records(app, job.job_uuid) for f in rec.files}
 
 
 def superseded(c: FileOutputCommitter, job: JobRecord, apps: list[int]) -> bool:

@@ -52,6 +52,7 @@ POINTS: tuple[str, ...] = (
     "commit_job.after_success",
     "commit_job.after_cleanup",
     "abort_job.after_read",
+    "abort_job.after_task_record",
     "abort_job.mid_delete",
     "abort_job.after_delete",
 )

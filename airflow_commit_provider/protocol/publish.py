@@ -20,7 +20,7 @@ one with :func:`~.committer.publisher_for` and neither it nor the job-commit sta
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from .errors import CorruptRecord, InvalidOutputSpec
@@ -138,8 +138,9 @@ class Publisher:
         """Visible files of this generation that no planned record lists (only v2 can leave such files)."""
         return set()
 
-    def withdraw_commit(self, rec: TaskCommitRecord) -> list[str]:
-        """Undo a committed task's visible effect (only v2 has one); returns the visible files removed."""
+    def withdraw_commit(self, rec: TaskCommitRecord, keep: Collection[str] = ()) -> list[str]:
+        """Undo a committed task's visible effect (only v2 has one), but for the files at names in *keep* (a newer
+        commit's); returns the visible files removed."""
         return []
 
     def abort_external(self, job_uuid: str, keep_uploads: set[str]) -> int:
@@ -265,9 +266,9 @@ class TaskCommitPublisher(Publisher):
         # a zombie's late task commit after the teardown, or a v2 abort that died between a record and its files
         return {p for p in visible - planned if job_uuid in p.rsplit("/", 1)[-1]}
 
-    def withdraw_commit(self, rec: TaskCommitRecord) -> list[str]:
+    def withdraw_commit(self, rec: TaskCommitRecord, keep: Collection[str] = ()) -> list[str]:
         """The record is gone already (see the abort): remove the visible files, the markers above them first."""
-        paths = [f.path for f in rec.files]
+        paths = [f.path for f in rec.files if f.path not in keep]
         present = sorted(set(paths) - set(self.store.missing(paths)))
         withdraw_markers(self.store, marker_dirs_above(present))
         delete_and_prune(self.store, present, self.threads)

@@ -41,6 +41,12 @@ class TaskAttemptContext:
     def name(self) -> str:
         return self.work_dir.rsplit("/", 1)[-1]
 
+    @property
+    def file_prefix(self) -> str:
+        """How the default (Spark-style) names of this task's files begin, ``part-<task:05d>-<job uuid>-``: every
+        try of the task in this generation writes the same names, and no other task or generation writes them."""
+        return f"part-{self.task:05d}-{self.job_uuid}-"
+
 
 def check_number(value: Any, what: str) -> int:
     """*value* if it is a non-negative integer (``bool`` is not); :class:`InvalidOutputSpec` naming *what*."""
@@ -209,8 +215,13 @@ class TaskAttempts:
             raise
         clobbered = self.publisher.clobbered([f.path for f in files])
         # files of another attempt of this task that won meanwhile (a zombie's race) are not a clobber: the record
-        # creation then fails and this attempt is denied with the winner
+        # creation then fails and this attempt is denied with the winner; nor are the files a withdrawn commit of
+        # this task left behind: this attempt's moves replace them
         if clobbered and self.record(ta.app_attempt, ta.task, ta.job_uuid) is None:
+            clobbered = sorted(set(clobbered) - self.withdrawn_files(ta, clobbered))
+        else:
+            clobbered = []
+        if clobbered:
             self.ledger.overrule(ta.app_attempt, ta.task, ta.attempt)
             self.publisher.discard(ta.work_dir)
             raise InvalidOutputSpec(f"task attempt {ta.name} would replace {len(clobbered)} visible file(s) at its "
@@ -221,6 +232,29 @@ class TaskAttempts:
         return TaskCommitRecord(job_id=self.c.job_id, job_uuid=ta.job_uuid, task=ta.task, attempt=ta.attempt,
                                 app_attempt=ta.app_attempt, work_dir=ta.work_dir, data_dir=data_dir,
                                 recovered_from_app=None, committed=records.now_iso(), files=tuple(files))
+
+    def withdrawn_files(self, ta: TaskAttemptContext, visible: Sequence[str]) -> set[str]:
+        """Those of *visible* (files found at names attempt *ta* is about to publish) that a withdrawn commit of the
+        same task in this generation left behind, and that this attempt's commit may therefore replace.
+
+        A v2 abort records a committed attempt failed, removes its record, then its visible files (the markers
+        above them first); one killed in between leaves the files visible with no record listing them, at the
+        names every later try of the task writes. They are recognised by their name (:attr:`~TaskAttemptContext.
+        file_prefix`: this task, this generation) and by no record of the task, in any application attempt of the
+        generation, listing them, read after they were seen: a task commit creates its record before any of its
+        files appears, and only that abort removes the record of a commit whose files stay (I10: after recording
+        its attempt failed). So they belong to an attempt recorded failed, whose commit can never come back; the
+        moves after this attempt's record replace them one by one, each atomically (I1: never an empty name in
+        between), with the markers above withdrawn first (I9). The withdrawn commit's files this attempt does not
+        write again are swept by the job commit (or the next abort) as strays of the generation."""
+        own = {p for p in visible if p.rsplit("/", 1)[-1].startswith(ta.file_prefix)}
+        if not own:
+            return own
+        for app in self.c.app_attempts(self.c.require_job()):
+            rec = self.record(app, ta.task, ta.job_uuid)
+            if rec is not None:
+                own -= {f.path for f in rec.files}
+        return own
 
     # ------------------------------------------------------------------ recovery
     def recover(self, job: JobRecord, app: int, task: int,

@@ -57,7 +57,7 @@ class TaskAttemptWriter:
     # ------------------------------------------------------------------ names
     def next_file_name(self, extension: str = "parquet") -> str:
         """The next Spark-style file name of this task: ``part-00003-<uuid>-c000.<extension>``."""
-        name = f"part-{self.attempt.task:05d}-{self.attempt.job_uuid}-c{self._counter:03d}.{extension}"
+        name = f"{self.attempt.file_prefix}c{self._counter:03d}.{extension}"
         self._counter += 1
         return name
 

@@ -1001,18 +1001,15 @@ def _did(result: Result, rule: str) -> bool:
 
 #: Violations found by these schedules and not fixed yet, each with how to recognise a random schedule that hits it
 #: (its pinned minimal schedule is an xfail(strict=True) test). Remove an entry when its fix lands. 2127eed fixed
-#: the two found at 3f3371f, which were recognised by:
+#: the two found at 3f3371f, and issue 19 the one found at 34b2158, which were recognised by:
 #:
 #:   "v2-teardown-keeps-adopted-record": lambda r: r.cfg.algorithm == 2 and _did(r, "teardown")
 #:       and r.violation.kind in ("recover", "commit_job: incomplete", "commit_job: CorruptRecord"),
 #:   "stale-winner-reask-deletes-committed-data": lambda r: r.cfg.store != "local" and r.cfg.algorithm != 2
 #:       and _did(r, "recommit") and r.violation.kind == "commit_job: CorruptRecord",
-KNOWN_OPEN: dict[str, Callable[[Result], bool]] = {
-    # v2: a teardown killed between removing a task's record and its visible files leaves them as strays of the
-    # generation, and every later try of that task is refused as a clobber of the same (Spark-style) file name
-    "v2-teardown-stray-blocks-rerun": lambda r: r.cfg.algorithm == 2 and _did(r, "teardown")
-        and r.violation.kind == "exception:InvalidOutputSpec@commit" and "would replace" in r.violation.detail,
-}
+#:   "v2-teardown-stray-blocks-rerun": lambda r: r.cfg.algorithm == 2 and _did(r, "teardown")
+#:       and r.violation.kind == "exception:InvalidOutputSpec@commit" and "would replace" in r.violation.detail,
+KNOWN_OPEN: dict[str, Callable[[Result], bool]] = {}
 
 
 def known_open(result: Result) -> str | None:

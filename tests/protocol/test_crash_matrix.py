@@ -144,11 +144,13 @@ def test_crash_between_partition_directory_renames(tmp_path, kill, style):
 
 
 ABORT_POINTS = [p for p in faults.POINTS if p.startswith("abort_job.")]
+#: (point, algorithm): v1 keeps no visible commit, so its abort never reaches the point between a v2 record and its
+#: visible files
+ABORT_CASES = [(p, a) for p in ABORT_POINTS for a in (1, 2) if a == 2 or p != "abort_job.after_task_record"]
 
 
-@pytest.mark.parametrize("algorithm", [1, 2])
 @pytest.mark.parametrize("kill", ["exit", "kill"])
-@pytest.mark.parametrize("point", ABORT_POINTS)
+@pytest.mark.parametrize(("point", "algorithm"), ABORT_CASES)
 def test_abort_crash_leaves_target_as_before(tmp_path, point, kill, algorithm):
     cfg = make_cfg(tmp_path, algorithm, "append")
     before = {rel: open(os.path.join(cfg["root"], rel), "rb").read() for rel in sc.OLD_FILES}

@@ -153,7 +153,8 @@ _PARENT_ENDS: set[Any] = set()
 REACHES: dict[str, tuple[str, ...]] = {
     "setup_job": ("setup_job",), "recover": ("recover_task",), "setup_task": ("setup_task", "abort_task"),
     "write": ("writer",), "close": ("writer",), "commit": ("commit_task",), "abort": ("abort_task",),
-    "abort_job": ("abort_job",), "commit_job": ("commit_job", "recover_task", "commit_task"),
+    "abort_job": ("abort_job", "commit_job"),   # a v2 abort deletes visible files through commit_job.mid_delete
+    "commit_job": ("commit_job", "recover_task", "commit_task"),
 }
 
 
@@ -657,5 +658,109 @@ def test_a_zombie_teardown_woken_after_the_clear_stands_down(purge: bool) -> Non
         h.resume(1)
         h.commit_job()
         assert h.events["resumed teardown paused at abort_job.after_read"] == 1
+    finally:
+        h.dispose()
+
+
+#: the points of a v2 teardown between removing a task's record and its last visible file: right after task 0's
+#: record, after task 0's first visible file (of three), right after task 1's record (task 0 fully withdrawn)
+BETWEEN_RECORD_AND_FILES = ["abort_job.after_task_record@1", "commit_job.mid_delete@1",
+                            "abort_job.after_task_record@2"]
+
+
+@pytest.mark.parametrize("point", BETWEEN_RECORD_AND_FILES)
+def test_a_v2_teardown_killed_between_a_record_and_its_files_needs_one_clear(point: str) -> None:
+    """v2: the failed run's teardown is SIGKILLed between removing a committed task's record and its visible files
+    (issue 19): those files carry the job uuid and the names every try of the task writes again. One clear of the
+    run (setup, a new try of every task whose commit went, job commit) must be enough: the new tries commit over
+    the failed run's files, the job commit sweeps what they did not replace, and the output holds every committed
+    row exactly once under a true ``_SUCCESS``. (Before the fix every try of the task was refused as a clobber,
+    "would replace 1 visible file(s)", until a second teardown swept the strays.)"""
+    import pyarrow.dataset as ds
+
+    from airflow_commit_provider.protocol import read_success_marker
+
+    h = ProcessLifecycle(Config(store="local", algorithm=2, mode="append", tasks=2, partition_by=("p",)))
+    try:
+        h.setup()
+        for n, task in ((1, 0), (2, 1)):   # both tasks commit, three partitions (three visible files) each
+            h.start(n=n, task=task, parts=[["a"], ["b"], ["c"]])
+            h.write(n=n)
+            h.close(n=n)
+            h.commit(n=n)
+        h.kill_next(point)
+        h.teardown()
+        assert h.events["worker killed in teardown"] == 1, "the teardown was not killed where armed"
+        stray_task = 1 if point == "abort_job.after_task_record@2" else 0   # record gone, visible files not
+        st = h.c.status()
+        assert not [t for t in st["tasks"] if t["task"] == stray_task and t.get("attempt") is not None], \
+            f"task {stray_task}'s record should be gone"
+        assert any(f"part-{stray_task:05d}-" in rel for rel in h.target.visible()), \
+            f"no visible file of task {stray_task} left: the kill did not leave a stray"
+        h.setup()                                              # the one clear
+        for n, task in ((3, 0), (4, 1)):   # fewer partitions: some of the failed run's files are not replaced
+            h.start(n=n, task=task, parts=[["a"], ["b"]])
+            if h.tries[n].stage == "noop":
+                continue   # task 1, when the teardown died before its record: recovered
+            h.write(n=n)
+            h.close(n=n)
+            h.commit(n=n)
+            assert h.tries[n].stage == "committed", f"try {n} of task {task} did not commit"
+        h.commit_job()
+        assert h.events["commit_job: committed"] == 1 and h.job is None
+        manifest = read_success_marker(h.target.path, verify_files=True)
+        winners = {t["task"]: t["attempt"] for t in manifest["tasks"]}
+        assert winners == ({0: 3, 1: 4} if stray_task == 1 else {0: 3, 1: 2})   # task 1 recovered if it could be
+        rows = ds.dataset(h.target.path, format="parquet", partitioning="hive").to_table().to_pylist()
+        ours = [(r["task"], r["attempt"], r["row"], r["p"]) for r in rows if r["task"] in winners]
+        assert len(ours) == len(set(ours)), "a row is visible twice"
+        assert set(ours) == {r[:3] + (r[3][0],) for n in winners.values() for r in h.tries[n].rows}, \
+            "the committed tries' rows are not all visible"
+        assert {(task, attempt) for task, attempt, *_ in ours} == set(winners.items()), \
+            "rows of a try that is not the committed one are visible"
+        assert not [rel for rel in h.target.visible() if "part-0000" in rel and rel not in
+                    {f["path"] for f in manifest["files"]}], "a visible file of the job that _SUCCESS does not list"
+    finally:
+        h.dispose()
+
+
+@pytest.mark.parametrize("rerun", ["clear, woken before the job commit", "clear, woken after the job commit",
+                                   "retry in the same application attempt"])
+def test_a_v2_teardown_paused_between_a_record_and_its_files_spares_the_rerun(rerun: str) -> None:
+    """v2: the failed run's teardown stops (SIGSTOP) right after removing task 0's record, before its visible files;
+    the task runs again, after a clear of the run (a new application attempt) or retried in the same one (a clear
+    of only the failed tasks), and the new try commits over those files (same names). When the teardown wakes, the
+    files at those names are the new try's, whose attempt nobody recorded failed (I10): after a clear the teardown
+    stands down, in the same application attempt it leaves the commit it never saw alone; either way the job
+    commit then finds every committed file (it used to fail with CorruptRecord, or lose the rows after the job
+    commit) and only the new try's rows are visible."""
+    from airflow_commit_provider.protocol import read_success_marker
+
+    h = ProcessLifecycle(Config(store="local", algorithm=2, mode="append", tasks=1, partition_by=("p",)))
+    try:
+        h.setup()
+        h.start(n=1, task=0, parts=[["a"], ["b"]])
+        h.write(n=1)
+        h.close(n=1)
+        h.commit(n=1)
+        h.pause_next("abort_job.after_task_record@1")
+        h.teardown()
+        assert h.paused, "the teardown did not stop at abort_job.after_task_record"
+        if rerun.startswith("clear"):
+            h.setup()
+        h.start(n=2, task=0, parts=[["a"]])
+        h.write(n=2)
+        h.close(n=2)
+        h.commit(n=2)
+        assert h.tries[2].stage == "committed"
+        if rerun.endswith("after the job commit"):
+            h.commit_job()
+        h.resume(1)
+        assert h.events["resumed teardown paused at abort_job.after_task_record"] == 1
+        h.commit_job()
+        manifest = read_success_marker(h.target.path, verify_files=True)
+        assert [(t["task"], t["attempt"]) for t in manifest["tasks"]] == [(0, 2)]
+        assert not [rel for rel in h.target.visible() if "part-00000-" in rel and rel not in
+                    {f["path"] for f in manifest["files"]}], "a file of the failed run is still visible"
     finally:
         h.dispose()
