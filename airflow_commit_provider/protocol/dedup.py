@@ -89,7 +89,7 @@ def _our_debris(store: Store, job_dir: str) -> bool:
     return any(n.isdigit() and store.exists(f"{job_dir}/{n}/_app.json") for n in store.list_dir(job_dir))
 
 
-def _scan_in_flight(store: Store, hidden: Iterable[str], root_names: Iterable[str]) -> _InFlight:
+def _scan_in_flight(store: Store, visible: Iterable[str]) -> _InFlight:
     found = _InFlight()
     for name in store.list_dir(TEMPORARY):
         if name.startswith("_"):
@@ -100,21 +100,21 @@ def _scan_in_flight(store: Store, hidden: Iterable[str], root_names: Iterable[st
             found.uuids[job.job_uuid] = name
             found.files.update((f, name) for f in job.replace_files)
         elif not _our_debris(store, layout.job_dir):
-            found.dirs[""] = (f"{TEMPORARY}/{name} is not this provider's: a Hadoop or Spark job that has not "
-                              "committed may be writing into this root (its task commits publish with algorithm 2)")
-    for name in root_names:
-        if name != TEMPORARY and is_foreign_staging(name):
-            found.dirs[""] = f"{name} is {_staging_owner(name)}'s work in progress: a job that has not committed"
-    for path in hidden:
-        parts = path.split("/")
-        for i, part in enumerate(parts[:-1]):
-            if not part.startswith(("_", ".")):
-                continue
-            if i and is_foreign_staging(part):
-                d = "/".join(parts[:i])
-                found.dirs.setdefault(d, f"{d}/{part} is {_staging_owner(part)}'s work in progress: a job that has "
-                                         "not committed may be writing there")
-            break
+            found.dirs.setdefault("", f"{TEMPORARY}/{name} is not this provider's: a Hadoop or Spark job that has "
+                                      "not committed may be writing into this root (with algorithm 2 its task "
+                                      "commits are visible)")
+    # every directory that holds (or is above) a visible file, listed: a staging directory may be empty yet
+    dirs = {""}
+    for path in visible:
+        head = partition_of(path)
+        while head not in dirs:
+            dirs.add(head)
+            head = partition_of(head)
+    for d in sorted(dirs):
+        for name in store.list_dir(d):
+            if is_foreign_staging(name) and not (d == "" and name == TEMPORARY):
+                found.dirs.setdefault(d, f"{join(d, name)} is {_staging_owner(name)}'s work in progress: a job "
+                                         "that has not committed may be writing there")
     return found
 
 
@@ -160,10 +160,9 @@ class _Planner:
         self.single_job_dirs = single_job_dirs
         listing = store.list_files("")
         self.visible = {p: s for p, s in listing if not is_hidden(p)}
-        hidden = [p for p, _ in listing if is_hidden(p)]
-        self.marker_dirs = {partition_of(p) for p in hidden
+        self.marker_dirs = {partition_of(p) for p, _ in listing
                             if p.rpartition("/")[2] == SUCCESS and not is_hidden(partition_of(p))}
-        self.in_flight = _scan_in_flight(store, hidden, store.list_dir(""))
+        self.in_flight = _scan_in_flight(store, self.visible)
         self.logs = _committed_logs(store)
         self.deletions: list[Deletion] = []
         self.undecided: list[Undecided] = []
@@ -176,7 +175,8 @@ class _Planner:
         hive: dict[str, list[tuple[str, TaskFile]]] = defaultdict(list)
         for path in sorted(self.visible):
             info = parse_task_file(path.rpartition("/")[2])
-            writer = "unrecognised" if info is None else OURS if info.job_uuid in self.logs else info.writer
+            ours_uuid = info is not None and (info.job_uuid in self.logs or info.job_uuid in self.in_flight.uuids)
+            writer = "unrecognised" if info is None else OURS if ours_uuid else info.writer
             self.seen[writer] += 1
             if self.in_flight.under_staging(path):
                 continue  # its directory is reported once
@@ -186,7 +186,7 @@ class _Planner:
                 continue
             if info is None or info.writer == HADOOP:
                 continue  # Hadoop's names: attempts share one name, and a copy of it is another job's
-            if writer == OURS:
+            if info.job_uuid in self.logs:
                 ours[info.job_uuid or ""].append((path, info))
             elif info.writer == SPARK:
                 spark[(partition_of(path), info.original)].append((path, info))

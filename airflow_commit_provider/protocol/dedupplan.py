@@ -119,6 +119,7 @@ class DedupPlan:
                 raise CorruptRecord(f"{where}: field {prefix}{key} must list strings; the {k} record is corrupt")
             return tuple(values)
 
+        plan_id, created, root = get(doc, "plan_id", str), get(doc, "created", str), get(doc, "root", str)
         deletions = []
         for prefix, e in objects("delete"):
             keep = []
@@ -137,8 +138,7 @@ class DedupPlan:
                 markers[d] = base64.b64decode(text, validate=True)
             except (TypeError, ValueError):
                 raise CorruptRecord(f"{where}: field markers[{d!r}] is not base64; the {k} record is corrupt") from None
-        return cls(get(doc, "plan_id", str), get(doc, "created", str), get(doc, "root", str),
-                   get(doc, "single_job_dirs", bool), tuple(deletions), tuple(undecided), tuple(left_alone),
+        return cls(plan_id, created, root, get(doc, "single_job_dirs", bool), tuple(deletions), tuple(undecided), tuple(left_alone),
                    strings(doc, "withdraw"), markers, dict(get(doc, "seen", dict)), pending=True)
 
     @classmethod

@@ -6,7 +6,7 @@ committer. Every row is an ``id`` (int64) written once, so a reader can tell a l
 
 Run as ``python -m tests.protocol.dedup_tables ACTION ROOT [ARGS]`` for a real process (killed or stopped through
 ``COMMIT_PROVIDER_FAULTS``): ``dedup`` (``remove_duplicates``), ``commit JOB FIRST COUNT`` (an append of ids
-``FIRST..FIRST+COUNT-1`` by this provider), ``read OUT`` (both readers, the result as JSON into OUT).
+``FIRST..FIRST+COUNT-1`` by this provider, partitioned by ``p``), ``read OUT`` (both readers, the result as JSON into OUT).
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ def main() -> None:
         print(json.dumps(dedup_in_process(root, single_job_dirs="--single-job-dirs" in sys.argv)))
     elif action == "commit":
         job, first, count = sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-        our_append(root, job, {0: list(range(first, first + count))})
+        our_append(root, job, {0: list(range(first, first + count))}, partition_by=("p",))
     elif action == "read":
         Path(sys.argv[3]).write_text(json.dumps({**read_ids(root), "markers": visible_dirs(root),
                                                  "visible": visible(root)}))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_commit_provider.protocol import FileOutputCommitter, LocalStore, TaskAttemptWriter, read_success_marker
+from airflow_commit_provider.protocol import FileOutputCommitter, LocalStore, faults, read_success_marker
 from airflow_commit_provider.protocol.dedup import find_duplicates, remove_duplicates
 
 from . import dedup_tables as t
@@ -295,5 +295,257 @@ def test_mixed_writers_in_one_table(tmp_path):
     assert {d.writer for d in plan.deletions} == {"spark", "hive", "this-provider"}
     assert plan.withdraw == ("", "p=0", "p=1", "p=1/delta_0000001_0000001_0000", "p=2")
     remove_duplicates(LocalStore(root), plan)
+    t.assert_rows_once(root, ids)
+    assert t.assert_markers_true(root) == ["", "p=2"]
+
+
+# ---------------------------------------------------------------- jobs that have not committed
+
+@pytest.mark.parametrize("staging", ["_temporary/0/_temporary/attempt_202612010900_0001_m_000000_0/part-00000-x",
+                                     ".spark-staging-5bcc2bf8-a920-4ba2-bd54-4681068dec72/p=0/part-00000-x",
+                                     ".hive-staging_hive_2026-12-01_09-00-00_000_1-1/-ext-10000/000000_0"])
+def test_another_writers_staging_at_the_root_leaves_everything_alone(tmp_path, staging):
+    """A Hadoop/Spark ``_temporary``, a Spark dynamic-overwrite staging directory or a Hive staging directory
+    means a job that has not committed may be writing (or died writing) there: nothing is decided."""
+    root = t.spark_table("partitioned", tmp_path / "table")
+    t.zombie_copy(root, t.TABLES["partitioned"]["files"][0])
+    os.makedirs(os.path.dirname(os.path.join(root, staging)))
+    open(os.path.join(root, staging), "wb").close()
+    before = t.all_files(root)
+    result = remove_duplicates(LocalStore(root))
+    assert result["delete"] == [] and t.all_files(root) == before
+    (alone,) = result["left_alone"]
+    assert alone["path"] == "" and staging.split("/")[0] in alone["why"]
+
+
+def test_another_writers_staging_in_a_partition_leaves_that_partition_alone(tmp_path):
+    root = t.spark_table("partitioned", tmp_path / "table")
+    files = t.TABLES["partitioned"]["files"]
+    in_p0 = t.zombie_copy(root, next(f for f in files if f.startswith("p=0/")))
+    in_p1 = t.zombie_copy(root, next(f for f in files if f.startswith("p=1/")))
+    os.makedirs(f"{root}/p=1/_temporary/0")
+    plan = find_duplicates(LocalStore(root))
+    assert [d.path for d in plan.deletions] == [in_p0]
+    assert [(a.path, "p=1/_temporary" in a.why) for a in plan.left_alone] == [("p=1", True)]
+    remove_duplicates(LocalStore(root), plan)
+    assert in_p1 in t.visible(root) and in_p0 not in t.visible(root)
+
+
+def test_the_inputs_of_a_compaction_that_has_not_committed_are_left_alone(tmp_path):
+    root = t.spark_table("two_appends", tmp_path / "table")
+    original = t.TABLES["two_appends"]["files"][0]
+    dup = t.zombie_copy(root, original)
+    FileOutputCommitter(root, "compaction", mode="append").setup_job(replace_files=[original, dup],
+                                                                     replace_first=True)
+    plan = find_duplicates(LocalStore(root))
+    assert not plan.deletions
+    assert {(a.path, "job compaction" in a.why) for a in plan.left_alone} == {(original, True), (dup, True)}
+
+
+def test_records_of_our_own_committed_jobs_are_not_another_writers_staging(tmp_path):
+    """A job directory without a job record but with application attempts is this provider's (records of a
+    committed job being deleted, a purged generation's leftovers), not a job in flight."""
+    root = t.spark_table("two_appends", tmp_path / "table")
+    dup = t.zombie_copy(root, t.TABLES["two_appends"]["files"][0])
+    c = FileOutputCommitter(root, "purged", mode="append")
+    c.setup_job()
+    os.remove(os.path.join(root, c.layout.job_record))
+    plan = find_duplicates(LocalStore(root))
+    assert [d.path for d in plan.deletions] == [dup] and not plan.left_alone
+
+
+# ---------------------------------------------------------------- the plan is the job
+
+def test_the_dry_run_is_the_plan_the_apply_carries_out(tmp_path):
+    root = str(tmp_path / "table")
+    ids, dups = mixed_table(root)
+    before = t.all_files(root)
+    plan = find_duplicates(LocalStore(root))
+    assert t.all_files(root) == before, "the dry run changes nothing"
+    result = remove_duplicates(LocalStore(root), plan)
+    assert result["plan_id"] == plan.plan_id and result["delete"] == plan.to_doc()["delete"]
+    assert result["applied"]["deleted"] == [d.path for d in plan.deletions]
+    assert sorted(result["applied"]["deleted"]) == dups
+    assert result["applied"]["skipped"] == [] and not result["applied"]["resumed"]
+    assert set(t.visible(root)) == {f for f in before if not f.startswith(("_", ".")) and "/_" not in f
+                                    and "/." not in f} - set(dups)
+    assert not os.path.exists(os.path.join(root, "_temporary")), "the plan record is gone"
+
+
+def test_a_deletion_whose_kept_file_went_is_skipped(tmp_path):
+    """Between the dry run and the apply someone deleted the file kept in a duplicate's place: deleting the
+    duplicate now would lose its rows, so it stays, reported."""
+    root = t.spark_table("two_appends", tmp_path / "table")
+    original = t.TABLES["two_appends"]["files"][0]
+    dup = t.zombie_copy(root, original)
+    plan = find_duplicates(LocalStore(root))
+    os.remove(os.path.join(root, original))
+    result = remove_duplicates(LocalStore(root), plan)
+    assert result["applied"]["deleted"] == [] and dup in t.visible(root)
+    assert "gone or changed" in result["applied"]["skipped"][0]["why"]
+    t.assert_rows_once(root, t.spark_ids("two_appends"))
+
+
+def test_an_unfinished_plan_runs_before_any_other(tmp_path):
+    from airflow_commit_provider.protocol import faults
+    from airflow_commit_provider.protocol.errors import DedupInProgress
+
+    root = t.spark_table("two_appends", tmp_path / "table")
+    t.zombie_copy(root, t.TABLES["two_appends"]["files"][0])
+    other = find_duplicates(LocalStore(root))
+    faults.arm("dedup.after_plan")
+    try:
+        with pytest.raises(faults.InjectedFault):
+            remove_duplicates(LocalStore(root))
+    finally:
+        faults.disarm()
+    pending = find_duplicates(LocalStore(root))
+    assert pending.pending and pending.plan_id != other.plan_id
+    with pytest.raises(DedupInProgress, match=pending.plan_id):
+        remove_duplicates(LocalStore(root), other)
+    result = remove_duplicates(LocalStore(root))
+    assert result["plan_id"] == pending.plan_id and result["applied"]["resumed"]
+    t.assert_rows_once(root, t.spark_ids("two_appends"))
+
+
+def test_a_corrupt_plan_record_is_named(tmp_path):
+    from airflow_commit_provider.protocol import CorruptRecord
+
+    root = t.spark_table("two_appends", tmp_path / "table")
+    os.makedirs(f"{root}/_temporary")
+    with open(f"{root}/_temporary/_dedup.json", "w") as fh:
+        json.dump({"format": "airflow-commit-provider/dedup-plan", "version": 1, "plan_id": 7}, fh)
+    with pytest.raises(CorruptRecord, match=r"_dedup\.json.*plan_id"):
+        find_duplicates(LocalStore(root))
+
+
+def test_a_marker_this_provider_cannot_read_stays_withdrawn(tmp_path):
+    """A JSON ``_SUCCESS`` of another writer (S3A's committers list file names) above a deletion: what it claims
+    is unknown, so it is not written back after the deletion."""
+    root = t.spark_table("two_appends", tmp_path / "table")
+    t.zombie_copy(root, t.TABLES["two_appends"]["files"][0])
+    with open(f"{root}/_SUCCESS", "w") as fh:
+        json.dump({"name": "org.apache.hadoop.fs.s3a.commit.files.SuccessData/1", "filenames": []}, fh)
+    result = remove_duplicates(LocalStore(root))
+    assert not os.path.exists(f"{root}/_SUCCESS")
+    (marker,) = result["applied"]["markers"]
+    assert not marker["written"] and "cannot tell what it lists" in marker["why"]
+
+
+def test_names_by_their_writers_rules():
+    from airflow_commit_provider.protocol.filenames import is_hive_transaction_dir, parse_task_file
+
+    u = "5bcc2bf8-a920-4ba2-bd54-4681068dec72"
+    cases = {
+        f"part-00003-{u}-c000.snappy.parquet": ("spark", 3, u, None, ()),       # Spark 3.x, 4.3 unpartitioned
+        f"part-00003-{u}.c001.snappy.parquet": ("spark", 3, u, None, ()),       # Spark 4.3 partitioned
+        f"part-00003-{u}_00002.c000.snappy.parquet": ("spark", 3, u, None, ()), # bucket 2 of task 3
+        f"part-r-00003-{u}.gz.parquet": ("spark", 3, u, None, ()),              # Spark 2.0
+        f"part-00003-{u}-c000.snappy_copy_2.parquet": ("spark", 3, u, None, (2,)),
+        f"part-00003-{u}-c000.snappy.parquet_1": ("spark", 3, u, None, (1,)),
+        "000003_0": ("hive", 3, None, 0, ()), "000003_12.gz": ("hive", 3, None, 12, ()),
+        "000003_0_copy_1": ("hive", 3, None, 0, (1,)), "000003_0_copy_1.gz": ("hive", 3, None, 0, (1,)),
+        "part-r-00003": ("hadoop", 3, None, None, ()), "part-m-00003.deflate": ("hadoop", 3, None, None, ()),
+        "part-00003": ("hadoop", 3, None, None, ()),
+        f"part-00003-{u}_00002": ("spark", 3, u, None, ()),  # a bucket, not Utilities.moveFile's suffix
+    }
+    for name, want in cases.items():
+        f = parse_task_file(name)
+        assert f is not None and (f.writer, f.task, f.job_uuid, f.attempt, f.copies) == want, name
+    for name in ("data.parquet", "000003_0_1", "00003_0", "x_copy_1", f"part-00003-{u[:-1]}-c000.parquet"):
+        assert parse_task_file(name) is None, name
+    assert is_hive_transaction_dir("delta_0000005_0000005_0000") and is_hive_transaction_dir("base_0000005_v0000012")
+    assert is_hive_transaction_dir("delete_delta_0000005_0000005") and not is_hive_transaction_dir("ds=1")
+
+
+# ---------------------------------------------------------------- killed, and beside other processes
+
+KILLS = [(p, 1) for p in faults.POINTS if p.startswith("dedup.")] + [("dedup.mid_delete", 3)]
+
+
+@pytest.mark.parametrize("point,nth", KILLS, ids=[f"{p}@{n}" for p, n in KILLS])
+def test_killed_at_every_step_then_finished_by_the_next_run(tmp_path, point, nth):
+    """A deduplication SIGKILLed at each step leaves a consistent table (no row lost, every marker there true)
+    and its plan, which the next run finishes: the same deletions, the markers written back."""
+    root = str(tmp_path / "table")
+    ids, dups = mixed_table(root)
+    # the zombie moved its files in after the commit, so the markers there already lie: the deduplication must
+    # leave each marker as it was or write a true one, never another lie
+    before = {d: Path(root, d, "_SUCCESS").read_bytes() for d in t.visible_dirs(root)}
+    with pytest.raises(Exception, match="does not describe its directory"):
+        t.assert_markers_true(root)
+    proc = t.spawn("dedup", root, fault=f"{point}=kill@{nth}")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == -9, f"the fault did not fire: {err}"
+    got = t.read_ids(root)
+    assert set(got["pyarrow"]) == set(got["duckdb"]) == set(ids), "no row lost at any moment"
+    for d in t.visible_dirs(root):
+        if Path(root, d, "_SUCCESS").read_bytes() != before.get(d):
+            read_success_marker(os.path.join(root, d), verify_files=True)
+    pending = find_duplicates(LocalStore(root))
+    assert pending.pending and sorted(d.path for d in pending.deletions) == dups
+    result = remove_duplicates(LocalStore(root))
+    assert result["plan_id"] == pending.plan_id and result["applied"]["resumed"]
+    assert sorted(result["applied"]["deleted"]) == dups and result["applied"]["skipped"] == []
+    t.assert_rows_once(root, ids)
+    assert t.assert_markers_true(root) == ["", "p=2"]
+    assert not os.path.exists(f"{root}/_temporary")
+
+
+def test_a_job_commit_while_the_deduplication_is_stopped(tmp_path):
+    """The deduplication withdrew the markers and stops; an append of this provider commits meanwhile (its
+    ``_SUCCESS`` retains the duplicates); the deduplication wakes, deletes, and writes back the newest marker
+    without the deleted files."""
+    root = str(tmp_path / "table")
+    ids, dups = mixed_table(root)
+    dedup = t.spawn("dedup", root, fault="dedup.after_withdraw=stop")
+    t.wait_stopped(dedup)
+    assert t.visible_dirs(root) == [], "every marker above a deletion is withdrawn"
+    commit = t.spawn("commit", root, "late", "500", "3")
+    _, err = commit.communicate(timeout=120)
+    assert commit.returncode == 0, err
+    assert set(dups) & {f["path"] for f in read_success_marker(root)["retained"]}
+    result = json.loads(t.resume(dedup))
+    assert sorted(result["applied"]["deleted"]) == dups
+    t.assert_rows_once(root, ids + [500, 501, 502])
+    assert t.assert_markers_true(root) == ["", "p=2"]
+    assert read_success_marker(root)["job_id"] == "late"
+
+
+def test_a_deduplication_while_a_job_commit_is_stopped(tmp_path):
+    """A job commit of this provider published its files and stops before its markers; a deduplication runs
+    whole meanwhile (the job's files are left alone: it has not committed); the commit then finishes and its
+    markers describe the table without the duplicates."""
+    root = str(tmp_path / "table")
+    ids, dups = mixed_table(root)
+    commit = t.spawn("commit", root, "late", "500", "3", fault="commit_job.after_deletes=stop")
+    t.wait_stopped(commit)
+    dedup = t.spawn("dedup", root)
+    out, err = dedup.communicate(timeout=120)
+    assert dedup.returncode == 0, err
+    result = json.loads(out)
+    assert sorted(result["applied"]["deleted"]) == dups
+    assert any("job late" in a["why"] for a in result["left_alone"])
+    t.resume(commit)
+    t.assert_rows_once(root, ids + [500, 501, 502])
+    assert t.assert_markers_true(root) == ["", "p=2"]
+
+
+def test_what_a_reader_sees_during_the_deletions(tmp_path):
+    """Stopped after its first deletion: a plain reader (pyarrow, duckdb, another process) reads every row, the
+    duplicates not yet deleted too; a reader waiting for ``_SUCCESS`` finds none."""
+    root = str(tmp_path / "table")
+    ids, dups = mixed_table(root)
+    before = t.read_ids(root)
+    dedup = t.spawn("dedup", root, fault="dedup.mid_delete=stop@1")
+    t.wait_stopped(dedup)
+    reader = t.spawn("read", root, str(tmp_path / "read.json"))
+    _, err = reader.communicate(timeout=120)
+    assert reader.returncode == 0, err
+    seen = json.loads((tmp_path / "read.json").read_text())
+    for name in ("pyarrow", "duckdb"):
+        assert set(seen[name]) == set(ids) and len(ids) <= len(seen[name]) < len(before[name])
+    assert seen["markers"] == []
+    t.resume(dedup)
     t.assert_rows_once(root, ids)
     assert t.assert_markers_true(root) == ["", "p=2"]
