@@ -135,6 +135,10 @@ def run_plan(store: Store, plan: DedupPlan) -> dict[str, Any]:
         base = current if current is not None else bases.get(d)
         if base is None:
             continue
+        if current is None and d and not store.isdir(d):
+            applied["markers"].append({"directory": d, "written": False,
+                                       "why": "its directory is gone: the deletions emptied it"})
+            continue
         data, why = _rewritten(base, d, set(gone), listing, plan.plan_id)
         if data is None:
             if current is not None:

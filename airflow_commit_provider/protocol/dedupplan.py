@@ -105,12 +105,13 @@ class DedupPlan:
         def get(d: Mapping[str, Any], key: str, typ: type | tuple[type, ...], prefix: str = "") -> Any:
             return records.get_field(d, key, typ, where, k, prefix)
 
-        def objects(key: str) -> list[tuple[str, Mapping[str, Any]]]:
+        def objects(d: Mapping[str, Any], key: str, prefix: str = "") -> list[tuple[str, Mapping[str, Any]]]:
             out = []
-            for i, entry in enumerate(get(doc, key, list)):
+            for i, entry in enumerate(get(d, key, list, prefix)):
                 if not isinstance(entry, dict):
-                    raise CorruptRecord(f"{where}: field {key}[{i}] is not an object; the {k} record is corrupt")
-                out.append((f"{key}[{i}].", entry))
+                    raise CorruptRecord(f"{where}: field {prefix}{key}[{i}] is not an object; the {k} record is "
+                                        "corrupt")
+                out.append((f"{prefix}{key}[{i}].", entry))
             return out
 
         def strings(d: Mapping[str, Any], key: str, prefix: str = "") -> tuple[str, ...]:
@@ -120,26 +121,24 @@ class DedupPlan:
             return tuple(values)
 
         plan_id, created, root = get(doc, "plan_id", str), get(doc, "created", str), get(doc, "root", str)
-        deletions = []
-        for prefix, e in objects("delete"):
-            keep = []
-            for j, kept in enumerate(get(e, "keep", list, prefix)):
-                if not isinstance(kept, dict):
-                    raise CorruptRecord(f"{where}: field {prefix}keep[{j}] is not an object; the {k} record is corrupt")
-                keep.append((get(kept, "path", str, f"{prefix}keep[{j}]."), get(kept, "size", int, f"{prefix}keep[{j}].")))
-            deletions.append(Deletion(get(e, "path", str, prefix), get(e, "size", int, prefix),
-                                      get(e, "writer", str, prefix), tuple(keep), get(e, "proof", str, prefix)))
-        undecided = [Undecided(get(e, "writer", str, p), strings(e, "files", p), get(e, "why", str, p))
-                     for p, e in objects("undecided")]
-        left_alone = [LeftAlone(get(e, "path", str, p), get(e, "why", str, p)) for p, e in objects("left_alone")]
+        single_job_dirs = get(doc, "single_job_dirs", bool)
+        deletions = tuple(
+            Deletion(get(e, "path", str, p), get(e, "size", int, p), get(e, "writer", str, p),
+                     tuple((get(kept, "path", str, q), get(kept, "size", int, q)) for q, kept in objects(e, "keep", p)),
+                     get(e, "proof", str, p))
+            for p, e in objects(doc, "delete"))
+        undecided = tuple(Undecided(get(e, "writer", str, p), strings(e, "files", p), get(e, "why", str, p))
+                          for p, e in objects(doc, "undecided"))
+        left_alone = tuple(LeftAlone(get(e, "path", str, p), get(e, "why", str, p))
+                           for p, e in objects(doc, "left_alone"))
         markers = {}
         for d, text in get(doc, "markers", dict).items():
             try:
                 markers[d] = base64.b64decode(text, validate=True)
             except (TypeError, ValueError):
                 raise CorruptRecord(f"{where}: field markers[{d!r}] is not base64; the {k} record is corrupt") from None
-        return cls(plan_id, created, root, get(doc, "single_job_dirs", bool), tuple(deletions), tuple(undecided), tuple(left_alone),
-                   strings(doc, "withdraw"), markers, dict(get(doc, "seen", dict)), pending=True)
+        return cls(plan_id, created, root, single_job_dirs, deletions, undecided, left_alone, strings(doc, "withdraw"),
+                   markers, dict(get(doc, "seen", dict)), pending=True)
 
     @classmethod
     def read(cls, store: Store, rel: str) -> DedupPlan | None:

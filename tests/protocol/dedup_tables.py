@@ -6,7 +6,8 @@ committer. Every row is an ``id`` (int64) written once, so a reader can tell a l
 
 Run as ``python -m tests.protocol.dedup_tables ACTION ROOT [ARGS]`` for a real process (killed or stopped through
 ``COMMIT_PROVIDER_FAULTS``): ``dedup`` (``remove_duplicates``), ``commit JOB FIRST COUNT`` (an append of ids
-``FIRST..FIRST+COUNT-1`` by this provider, partitioned by ``p``), ``read OUT`` (both readers, the result as JSON into OUT).
+``FIRST..FIRST+COUNT-1`` by this provider, partitioned by ``p``), ``read OUT`` (both readers, the result as JSON
+into OUT).
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ def test_two_spark_appends_and_one_of_ours_are_three_jobs(tmp_path):
     original code took the uuids for attempts of one task and deleted 12 of the 18 rows."""
     root = t.spark_table("two_appends", tmp_path / "table")
     t.our_append(root, "ours", {0: [12, 13, 14], 1: [15, 16, 17]})
+    t.assert_rows_once(root, list(range(18)))
     before = t.visible(root)
     remove_duplicates(LocalStore(root))
     assert t.visible(root) == before, "nothing is a duplicate"
@@ -57,6 +58,7 @@ def test_a_v2_job_in_its_write_stage_is_left_alone_and_commits(tmp_path):
     t.our_append(root, "first", {0: [0, 1, 2], 1: [3, 4, 5]})
     second = t.our_append(root, "second", {0: [6, 7, 8], 1: [9, 10, 11]}, algorithm=2, commit=False)
     assert len(t.visible(root)) == 4, "v2: the second job's task commits are visible"
+    t.assert_rows_once(root, list(range(12)))
     plan = find_duplicates(LocalStore(root))
     remove_duplicates(LocalStore(root))
     assert len(t.visible(root)) == 4, "nothing of a job that has not committed is touched"
@@ -131,6 +133,7 @@ def test_files_spark_wrote_once_are_never_duplicates(tmp_path):
     assert t.TABLES["two_appends"]["counter_separators"] == ["-"]
     for table in ("max_records", "retried", "partitioned", "two_appends"):
         root = t.spark_table(table, tmp_path / table)
+        t.assert_rows_once(root, t.spark_ids(table))
         before = t.all_files(root)
         result = remove_duplicates(LocalStore(root))
         assert result["delete"] == [] and result["undecided"] == [] and t.all_files(root) == before
@@ -276,9 +279,10 @@ def mixed_table(root: str) -> tuple[list[int], list[str]]:
     t.spark_table("partitioned", Path(root))
     files = t.TABLES["partitioned"]["files"]
     dups = [t.zombie_copy(root, files[0]), t.zombie_copy(root, files[-1])]
-    t.write_parquet(f"{root}/p=1/delta_0000001_0000001_0000/000000_0", [200, 201])
-    shutil.copyfile(f"{root}/p=1/delta_0000001_0000001_0000/000000_0", f"{root}/p=1/delta_0000001_0000001_0000/000000_1")
-    dups.append("p=1/delta_0000001_0000001_0000/000000_1")
+    delta = "p=1/delta_0000001_0000001_0000"
+    t.write_parquet(f"{root}/{delta}/000000_0", [200, 201])
+    shutil.copyfile(f"{root}/{delta}/000000_0", f"{root}/{delta}/000000_1")
+    dups.append(f"{delta}/000000_1")
     c = FileOutputCommitter(root, "ours", mode="dynamic", partition_by=["p"])
     c.setup_job()
     held = t.speculative_loser(c, 0, [300, 301], part=2)
@@ -362,6 +366,7 @@ def test_the_dry_run_is_the_plan_the_apply_carries_out(tmp_path):
     before = t.all_files(root)
     plan = find_duplicates(LocalStore(root))
     assert t.all_files(root) == before, "the dry run changes nothing"
+    assert sorted(set(t.read_ids(root)["pyarrow"])) == sorted(ids), "every row there before"
     result = remove_duplicates(LocalStore(root), plan)
     assert result["plan_id"] == plan.plan_id and result["delete"] == plan.to_doc()["delete"]
     assert result["applied"]["deleted"] == [d.path for d in plan.deletions]

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_commit_provider.protocol import FileOutputCommitter, LocalStore
+from airflow_commit_provider.protocol import FileOutputCommitter
 from airflow_commit_provider.protocol.compaction import compact, merge_group, plan_groups, small_parquet_files
 
 from . import scenario as sc
