@@ -16,7 +16,8 @@ the result says why.
 
 Each deletion is re-checked against a listing taken just before the deletions: the file must still have the
 size the plan saw, and every file kept in its place must still be there with its size; otherwise it is skipped
-and reported (deleting it could now lose its rows).
+and reported (deleting it could now lose its rows). Hadoop's hidden checksum of a deleted file (``.<name>.crc``)
+goes with it, as Hadoop's own deletion takes it.
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ def _delete(store: Store, plan: DedupPlan) -> tuple[list[str], list[dict[str, st
                                                    "since the plan: deleting it could lose its rows"})
             continue
         store.delete_file(d.path)
+        head, _, name = d.path.rpartition("/")
+        store.delete_file(join(head, f".{name}.crc"))  # Hadoop's checksum of it (ChecksumFileSystem), if any
         gone.append(d.path)
         inject("dedup.mid_delete")
     for directory in sorted({partition_of(p) for p in gone} - {""}, key=lambda p: -p.count("/")):

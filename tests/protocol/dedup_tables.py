@@ -73,6 +73,9 @@ def zombie_copy(root: str, rel: str) -> str:
     copy = f"{base}_copy_1.{ext}" if dot else f"{name}_copy_1"
     dst = f"{head}/{copy}" if head else copy
     shutil.copyfile(os.path.join(root, rel), os.path.join(root, dst))
+    crc = os.path.join(root, head, f".{name}.crc")
+    if os.path.exists(crc):  # Hadoop's file systems write a checksum beside every file they copy
+        shutil.copyfile(crc, os.path.join(root, head, f".{copy}.crc"))
     return dst
 
 

@@ -107,6 +107,8 @@ def test_a_zombie_copy_of_a_spark_task_file_is_deleted(tmp_path, table, rel, cop
     assert "identical bytes" in deletion.proof
     result = remove_duplicates(LocalStore(root), plan)
     assert result["applied"]["deleted"] == [dup]
+    head, _, name = dup.rpartition("/")
+    assert not os.path.exists(os.path.join(root, head, f".{name}.crc")), "its Hadoop checksum goes with it"
     t.assert_rows_once(root, t.spark_ids(table))
     assert t.assert_markers_true(root) == [""] and os.path.getsize(os.path.join(root, "_SUCCESS")) == 0
 
@@ -552,5 +554,25 @@ def test_what_a_reader_sees_during_the_deletions(tmp_path):
         assert set(seen[name]) == set(ids) and len(ids) <= len(seen[name]) < len(before[name])
     assert seen["markers"] == []
     t.resume(dedup)
+    t.assert_rows_once(root, ids)
+    assert t.assert_markers_true(root) == ["", "p=2"]
+
+
+def test_two_deduplications_of_one_root(tmp_path):
+    """One deduplication created its plan and stops; another, with a plan of its own, waits (DedupInProgress);
+    without one it finishes the first's plan; the first then wakes and ends with the same table."""
+    from airflow_commit_provider.protocol.errors import DedupInProgress
+
+    root = str(tmp_path / "table")
+    ids, dups = mixed_table(root)
+    own = find_duplicates(LocalStore(root))
+    first = t.spawn("dedup", root, fault="dedup.after_plan=stop")
+    t.wait_stopped(first)
+    with pytest.raises(DedupInProgress):
+        remove_duplicates(LocalStore(root), own)
+    second = remove_duplicates(LocalStore(root))
+    assert second["applied"]["resumed"] and sorted(second["applied"]["deleted"]) == dups
+    result = json.loads(t.resume(first))
+    assert result["plan_id"] == second["plan_id"] and sorted(result["applied"]["deleted"]) == dups
     t.assert_rows_once(root, ids)
     assert t.assert_markers_true(root) == ["", "p=2"]
