@@ -12,7 +12,9 @@ Every ``_SUCCESS`` above a deletion is withdrawn before the first deletion (I9) 
 without the deleted files: from the newest marker there (a job may have committed meanwhile) or the one the plan
 saved. A marker is written back only if it then describes its directory exactly; one that does not (the
 directory changed under it for another reason, or it is a marker this provider cannot read) stays withdrawn, and
-the result says why.
+the result says why. Nor is a withdrawn marker brought back where a job of this provider is about to change the
+directory and write it itself: a job commit under way (its plan names the markers it withdrew), a v2 job in its
+write stage, or, on a first run, a marker somebody withdrew between the plan and the withdrawal.
 
 Each deletion is re-checked against a listing taken just before the deletions: the file must still have the
 size the plan saw, and every file kept in its place must still be there with its size; otherwise it is skipped
@@ -28,9 +30,10 @@ from typing import Any
 
 from . import records
 from .dedupplan import DedupPlan
-from .errors import CorruptRecord, InvalidOutputSpec
+from .errors import CorruptRecord, DedupInProgress, InvalidOutputSpec
 from .faults import inject
-from .layout import DEDUP_PLAN, SUCCESS, TEMPORARY
+from .jobrecord import CommitPlan, JobRecord
+from .layout import DEDUP_PLAN, SUCCESS, TEMPORARY, JobLayout
 from .markers import files_under, listing_mismatch, withdraw_markers
 from .paths import join, partition_of
 from .stores import Store
@@ -113,18 +116,16 @@ def run_plan(store: Store, plan: DedupPlan) -> dict[str, Any]:
     applied: dict[str, Any] = {"resumed": False, "deleted": [], "skipped": [], "markers": []}
     if not plan.deletions:
         return {**plan.to_doc(), "applied": applied}
-    if not store.create_exclusive(DEDUP_PLAN, plan.to_json()):
-        stored = stored_plan(store)
-        if stored is None or stored.plan_id != plan.plan_id:  # pragma: no cover - checked by the caller just before
-            raise InvalidOutputSpec(f"another deduplication of {store.url()} created its plan first; run again")
-        applied["resumed"] = True
+    applied["resumed"] = _claim(store, plan)
     inject("dedup.after_plan")
-    # the newest marker of each directory is the base of the one written back: one a job committed since the plan
-    # was made, or the one an earlier run of this plan already wrote back
+    # What is written back is the newest marker of each directory: one a job committed since the plan was made,
+    # or one an earlier run of this plan already wrote back. A marker that is gone now was withdrawn by a job
+    # that is changing the directory (its commit writes it): on a first run it is not brought back; a resumed run
+    # cannot tell that from its own earlier withdrawal and takes the one the plan saved.
     bases = {}
     for d in plan.withdraw:
         current = _read_marker(store, d)
-        base = current if current is not None else plan.markers.get(d)
+        base = current if current is not None or not applied["resumed"] else plan.markers.get(d)
         if base is not None:
             bases[d] = base
     withdraw_markers(store, plan.withdraw)
@@ -132,26 +133,79 @@ def run_plan(store: Store, plan: DedupPlan) -> dict[str, Any]:
     gone, applied["skipped"] = _delete(store, plan)
     applied["deleted"] = gone
     inject("dedup.after_deletes")
+    applied["markers"] = _write_back(store, plan, bases, set(gone))
+    inject("dedup.after_markers")
+    store.delete_file(DEDUP_PLAN)
+    store.remove_dir_if_empty(TEMPORARY)
+    return {**plan.to_doc(), "pending": False, "applied": applied}
+
+
+def _claim(store: Store, plan: DedupPlan) -> bool:
+    """Create the plan's record; ``True`` when it was there already (a resumed run of the same plan)."""
+    for _ in range(3):
+        if store.create_exclusive(DEDUP_PLAN, plan.to_json()):
+            return False
+        stored = stored_plan(store)
+        if stored is not None:
+            if stored.plan_id != plan.plan_id:
+                raise DedupInProgress(f"deduplication plan {stored.plan_id} of {store.url()} (created "
+                                      f"{stored.created}) started before plan {plan.plan_id}; it runs first")
+            return True
+    raise DedupInProgress(f"the deduplication plan record of {store.url()} keeps appearing and going: another "
+                          "deduplication runs; run again")
+
+
+def _jobs_changing_markers(store: Store) -> tuple[set[str], str | None]:
+    """Where this provider's jobs that have not committed will write markers themselves: the directories a job
+    commit under way withdrew (its plan names them), and, while a v2 job is in its write stage (its task commits
+    withdraw markers and publish at any moment), everywhere (the job's name, else ``None``)."""
+    dirs: set[str] = set()
+    v2 = None
+    for name in store.list_dir(TEMPORARY):
+        if name.startswith("_"):
+            continue
+        layout = JobLayout(name)
+        job = JobRecord.read(store, layout.job_record)
+        if job is None:
+            continue
+        commit = CommitPlan.read(store, layout.plan(job.job_uuid))
+        if commit is not None:
+            dirs.update(commit.withdraw)
+        elif job.algorithm == 2:
+            v2 = name
+    return dirs, v2
+
+
+def _write_back(store: Store, plan: DedupPlan, bases: Mapping[str, bytes], gone: set[str]) -> list[dict[str, Any]]:
+    """Write the markers back without the deleted files (each only if it then describes its directory), the root
+    last; returns what happened to each."""
+    done = []
+    committing, v2 = _jobs_changing_markers(store)
     listing = dict(store.list_files("", visible_only=True))
     for d in sorted(plan.withdraw, key=lambda p: (-p.count("/") if p else 1, p)):  # the root last
         current = _read_marker(store, d)  # written by a job that committed after the withdrawal
         base = current if current is not None else bases.get(d)
         if base is None:
             continue
-        if current is None and d and not store.isdir(d):
-            applied["markers"].append({"directory": d, "written": False,
-                                       "why": "its directory is gone: the deletions emptied it"})
-            continue
-        data, why = _rewritten(base, d, set(gone), listing, plan.plan_id)
+        if current is None:
+            busy = None
+            if d in committing:
+                busy = "a job commit of this provider is under way: it withdrew this marker and writes it last"
+            elif v2 is not None:
+                busy = (f"job {v2} (v2) has not committed: its task commits change directories at any moment, "
+                        "its job commit writes the markers")
+            elif d and not store.isdir(d):
+                busy = "its directory is gone: the deletions emptied it"
+            if busy:
+                done.append({"directory": d, "written": False, "why": busy})
+                continue
+        data, why = _rewritten(base, d, gone, listing, plan.plan_id)
         if data is None:
             if current is not None:
                 store.delete_file(join(d, SUCCESS))
-            applied["markers"].append({"directory": d, "written": False, "why": why})
+            done.append({"directory": d, "written": False, "why": why})
             continue
         if data != current:
             store.write_bytes(join(d, SUCCESS), data)
-        applied["markers"].append({"directory": d, "written": True, "why": why})
-    inject("dedup.after_markers")
-    store.delete_file(DEDUP_PLAN)
-    store.remove_dir_if_empty(TEMPORARY)
-    return {**plan.to_doc(), "pending": False, "applied": applied}
+        done.append({"directory": d, "written": True, "why": why})
+    return done

@@ -576,3 +576,50 @@ def test_two_deduplications_of_one_root(tmp_path):
     assert result["plan_id"] == second["plan_id"] and sorted(result["applied"]["deleted"]) == dups
     t.assert_rows_once(root, ids)
     assert t.assert_markers_true(root) == ["", "p=2"]
+
+
+def test_a_job_commit_under_way_writes_the_markers_it_withdrew(tmp_path):
+    """The deduplication withdrew the markers (it read them first) and stops; a job commit of this provider fixes
+    its plan, withdraws and stops before publishing; the deduplication finishes: it must not write back the
+    marker the job commit withdrew (the job is about to publish under it), the job commit writes it last."""
+    root = str(tmp_path / "table")
+    ids, dups = mixed_table(root)
+    dedup = t.spawn("dedup", root, fault="dedup.after_withdraw=stop")
+    t.wait_stopped(dedup)
+    commit = t.spawn("commit", root, "late", "500", "3", fault="commit_job.after_withdraw=stop")
+    t.wait_stopped(commit)
+    result = json.loads(t.resume(dedup))
+    assert not os.path.exists(f"{root}/_SUCCESS"), "no marker over a directory a job commit is changing"
+    root_marker = next(m for m in result["applied"]["markers"] if m["directory"] == "")
+    assert not root_marker["written"] and "job commit" in root_marker["why"]
+    t.resume(commit)
+    t.assert_rows_once(root, ids + [500, 501, 502])
+    assert t.assert_markers_true(root) == ["", "p=2"] and read_success_marker(root)["job_id"] == "late"
+
+
+def test_a_v2_job_in_its_write_stage_keeps_the_markers_withdrawn(tmp_path):
+    """While a v2 job of this provider has not committed, its task commits withdraw markers and publish at any
+    moment: the deduplication leaves the markers it withdrew to that job's commit."""
+    root = t.spark_table("two_appends", tmp_path / "table")
+    t.our_append(root, "first", {0: [100]})
+    t.zombie_copy(root, t.TABLES["two_appends"]["files"][0])
+    second = t.our_append(root, "second", {}, algorithm=2, commit=False)
+    result = remove_duplicates(LocalStore(root))
+    assert len(result["applied"]["deleted"]) == 1 and not os.path.exists(f"{root}/_SUCCESS")
+    assert "job second (v2) has not committed" in result["applied"]["markers"][0]["why"]
+    t.run_task_attempt(second, 0, 1, lambda w: w.write(t.ids_table([101])))
+    second.commit_job(1)
+    t.assert_rows_once(root, t.spark_ids("two_appends") + [100, 101])
+    assert t.assert_markers_true(root) == [""]
+
+
+def test_a_marker_somebody_withdrew_after_the_plan_is_not_brought_back(tmp_path):
+    root = t.spark_table("two_appends", tmp_path / "table")
+    t.our_append(root, "first", {0: [100]})
+    t.zombie_copy(root, t.TABLES["two_appends"]["files"][0])
+    dedup = t.spawn("dedup", root, fault="dedup.after_plan=stop")
+    t.wait_stopped(dedup)
+    os.remove(f"{root}/_SUCCESS")  # a writer about to change the root withdrew it
+    result = json.loads(t.resume(dedup))
+    assert len(result["applied"]["deleted"]) == 1 and result["applied"]["markers"] == []
+    assert not os.path.exists(f"{root}/_SUCCESS")
