@@ -152,6 +152,11 @@ def same_content(store: Store, a: str, b: str) -> str | None:
     return "the same rows (Parquet)" if ta.equals(tb) else None
 
 
+def _hive_named(path: str) -> bool:
+    info = parse_task_file(path.rpartition("/")[2])
+    return info is not None and info.writer == HIVE
+
+
 class _Planner:
     """The decisions of one plan, made from one listing of the root."""
 
@@ -258,7 +263,9 @@ class _Planner:
         for path, info in files:
             if not info.copies:
                 groups[(info.task, info.original.partition(".")[2])].append((path, info))
-        copies = sorted(path for path, info in files if info.copies)
+        # a copy name is Hive's for a second job's file; a name Hive does not write is another writer's
+        others = sorted(path for path, info in files if info.copies) + sorted(
+            p for p in self.visible if partition_of(p) == directory and not _hive_named(p))
         name = directory.rpartition("/")[2]
         if is_hive_transaction_dir(name):
             evidence: str | None = f"{name} is a Hive transaction directory (AcidUtils): one job writes it"
@@ -278,10 +285,10 @@ class _Planner:
                     "(an INSERT INTO whose first attempt failed writes 000000_1 next to an earlier 000000_0); "
                     "single_job_dirs=True states that one job wrote each directory")))
                 continue
-            if copies:
+            if others:
                 self.undecided.append(Undecided(HIVE, paths, (
-                    f"{copies[0]} is there: Hive names a file _copy_<n> when another job moves it in, so more than "
-                    f"one job wrote {directory or 'the root'}")))
+                    f"{others[0]} is there: Hive names a file _copy_<n> when another job moves it in and writes no "
+                    f"other names than <task>_<attempt>, so more than one job wrote {directory or 'the root'}")))
                 continue
             keeper, first = group[0]
             for path, info in group[1:]:

@@ -188,6 +188,13 @@ def test_a_hive_copy_name_is_another_job(tmp_path):
     assert all("000000_0_copy_1 is there" in u.why for u in plan.undecided)
 
 
+def test_another_writers_file_beside_hive_attempts_means_another_job(tmp_path):
+    root = t.spark_table("two_appends", tmp_path / "table")
+    _hive_dir(root, "")
+    plan = find_duplicates(LocalStore(root), single_job_dirs=True)
+    assert not plan.deletions and all(t.TABLES["two_appends"]["files"][0] in u.why for u in plan.undecided)
+
+
 def test_hive_attempts_in_a_hive_transaction_directory(tmp_path):
     """Hive's ACID and insert-only tables write each transaction into its own directory: one job's."""
     root = str(tmp_path / "table")
