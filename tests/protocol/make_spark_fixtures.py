@@ -17,6 +17,13 @@ table holds (``ids``: the half-open range of row ids) and what Spark did, for th
   files of one task of one job that are not duplicates.
 - ``retried``: ids 0-5 in two tasks, where the first attempt of task 1 fails in the middle of its rows; Spark
   runs attempt 1 and the output holds one file per task (attempts of a task share a name).
+- ``speculative``: ids 0-5 in two tasks, where the first attempt of task 1 writes all its rows and fails just
+  before its task commit, as a speculative attempt that lost (``spark/KeepAttemptFiles.java``, Spark's commit
+  protocol that keeps a copy of every attempt's files); Spark runs attempt 1, which commits. Then the lost
+  attempt's file is moved in as a zombie would, without replacing the committed file of the same name: Hive's
+  ``mvFile`` names it ``..._copy_1.parquet`` (with its Hadoop checksum).
+
+``javac`` (JDK 17) compiles ``spark/KeepAttemptFiles.java`` against pyspark's jars into a temporary directory.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -59,14 +67,36 @@ def _describe(root: Path) -> dict:
             "success_bytes": (root / "_SUCCESS").stat().st_size}
 
 
+def _compile_committer(classes: str) -> None:
+    import pyspark
+
+    jars = os.path.join(os.path.dirname(pyspark.__file__), "jars", "*")
+    source = Path(__file__).parent / "spark" / "KeepAttemptFiles.java"
+    subprocess.run(["javac", "-d", classes, "-cp", jars, str(source)], check=True)
+
+
+def _move_in_without_replacing(table: Path, attempt_dir: Path) -> dict:
+    """The zombie's late move of its file into the table: the name is taken, so Hive's mvFile rule applies."""
+    (src,) = [p for p in attempt_dir.iterdir() if p.name.startswith("part-")]
+    base, _, ext = src.name.rpartition(".")
+    dst = f"{base}_copy_1.{ext}"
+    shutil.copyfile(src, table / dst)
+    shutil.copyfile(attempt_dir / f".{src.name}.crc", table / f".{dst}.crc")
+    return {"lost_attempt": attempt_dir.name, "zombie_copy": dst, "copy_of": src.name,
+            "identical_bytes": (table / src.name).read_bytes() == src.read_bytes()}
+
+
 def main() -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     import pyspark
 
+    work = tempfile.mkdtemp()
+    _compile_committer(work)
     spark = (SparkSession.builder.master("local[2,2]").appName("dedup-fixtures")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+             .config("spark.driver.extraClassPath", work).getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     shutil.rmtree(OUT, ignore_errors=True)
     OUT.mkdir(parents=True)
@@ -93,11 +123,24 @@ def main() -> None:
         attempts = sorted(os.listdir(markers))
     tables["retried"] = {"ids": [0, 6], "jobs": 1, "attempts_run": attempts}
 
+    keep = Path(work, "attempts")
+    # session settings reach the job's Hadoop configuration as they are
+    for key, value in (("spark.sql.sources.commitProtocolClass", "fixtures.KeepAttemptFiles"),
+                       ("fixtures.keep.dir", keep.as_uri()), ("fixtures.fail.attempt", "1_0")):
+        spark.conf.set(key, value)
+    ids(0, 6, 2).write.mode("append").parquet(str(OUT / "speculative"))
+    spark.conf.unset("spark.sql.sources.commitProtocolClass")
+    # Hadoop attempt ids end with Spark's unique task attempt id: task 1's lost first attempt has the smaller one
+    attempts = sorted(keep.iterdir(), key=lambda p: (p.name.split("_m_")[1][:6], int(p.name.rsplit("_", 1)[1])))
+    tables["speculative"] = {"ids": [0, 6], "jobs": 1, "attempts_kept": [a.name for a in attempts],
+                             **_move_in_without_replacing(OUT / "speculative", attempts[1])}
+
     for name, info in tables.items():
         info.update(_describe(OUT / name))
     doc = {"spark": pyspark.__version__, "java": spark.sparkContext._jvm.System.getProperty("java.version"),
            "master": "local[2,2]", "command": "python -m tests.protocol.make_spark_fixtures", "tables": tables}
     spark.stop()
+    shutil.rmtree(work)
     (OUT / "tables.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     print(json.dumps(doc, indent=1, sort_keys=True))
 

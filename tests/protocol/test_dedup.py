@@ -113,6 +113,21 @@ def test_a_zombie_copy_of_a_spark_task_file_is_deleted(tmp_path, table, rel, cop
     assert t.assert_markers_true(root) == [""] and os.path.getsize(os.path.join(root, "_SUCCESS")) == 0
 
 
+def test_a_lost_speculative_attempts_file_moved_in_by_a_zombie_is_deleted(tmp_path):
+    """Spark's own lost attempt: task 1's first attempt wrote its file and failed before its task commit, the
+    second committed the same name; the zombie's file, moved in later without replacing, is deleted."""
+    info = t.TABLES["speculative"]
+    assert info["identical_bytes"] and info["lost_attempt"] == info["attempts_kept"][1]
+    root = t.spark_table("speculative", tmp_path / "table")
+    t.our_append(root, "ours", {0: [6, 7]})  # a later append, whose _SUCCESS retains the zombie's file
+    plan = find_duplicates(LocalStore(root))
+    assert [(d.path, d.keep[0][0]) for d in plan.deletions] == [(info["zombie_copy"], info["copy_of"])]
+    remove_duplicates(LocalStore(root), plan)
+    t.assert_rows_once(root, list(range(8)))
+    assert t.assert_markers_true(root) == [""]
+    assert not any(info["zombie_copy"] in f for f in t.all_files(root)), "its checksum went with it"
+
+
 def test_a_copy_name_holding_other_rows_is_undecided(tmp_path):
     """Same job, task and file number under a copy name, but other rows: which one the job committed is not
     known, so neither is deleted."""
