@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import records
-from .dedupjob import run_plan, stored_plan
+from .dedupjob import job_dirs, run_plan, stored_plan
 from .dedupplan import DedupPlan, Deletion, LeftAlone, Undecided
 from .errors import DedupInProgress
 from .filenames import HADOOP, HIVE, SPARK, TaskFile, is_foreign_staging, is_hive_transaction_dir, parse_task_file
-from .jobrecord import CommitLog, JobRecord
+from .jobrecord import CommitLog
 from .layout import COMMITS, SUCCESS, TEMPORARY, JobLayout
 from .markers import marker_dirs_above
 from .paths import is_hidden, join, partition_of
@@ -91,15 +91,11 @@ def _our_debris(store: Store, job_dir: str) -> bool:
 
 def _scan_in_flight(store: Store, visible: Iterable[str]) -> _InFlight:
     found = _InFlight()
-    for name in store.list_dir(TEMPORARY):
-        if name.startswith("_"):
-            continue  # _trash, the deduplication plan
-        layout = JobLayout(name)
-        job = JobRecord.read(store, layout.job_record)
+    for name, job in job_dirs(store).items():
         if job is not None:
             found.uuids[job.job_uuid] = name
             found.files.update((f, name) for f in job.replace_files)
-        elif not _our_debris(store, layout.job_dir):
+        elif not _our_debris(store, JobLayout(name).job_dir):
             found.dirs.setdefault("", f"{TEMPORARY}/{name} is not this provider's: a Hadoop or Spark job that has "
                                       "not committed may be writing into this root (with algorithm 2 its task "
                                       "commits are visible)")

@@ -155,20 +155,23 @@ def _claim(store: Store, plan: DedupPlan) -> bool:
                           "deduplication runs; run again")
 
 
+def job_dirs(store: Store) -> dict[str, JobRecord | None]:
+    """Every job directory under ``_temporary`` (not ``_trash`` nor the deduplication plan) and its job record:
+    a record means a job of this provider that has not committed."""
+    return {name: JobRecord.read(store, JobLayout(name).job_record)
+            for name in store.list_dir(TEMPORARY) if not name.startswith("_")}
+
+
 def _jobs_changing_markers(store: Store) -> tuple[set[str], str | None]:
     """Where this provider's jobs that have not committed will write markers themselves: the directories a job
     commit under way withdrew (its plan names them), and, while a v2 job is in its write stage (its task commits
     withdraw markers and publish at any moment), everywhere (the job's name, else ``None``)."""
     dirs: set[str] = set()
     v2 = None
-    for name in store.list_dir(TEMPORARY):
-        if name.startswith("_"):
-            continue
-        layout = JobLayout(name)
-        job = JobRecord.read(store, layout.job_record)
+    for name, job in job_dirs(store).items():
         if job is None:
             continue
-        commit = CommitPlan.read(store, layout.plan(job.job_uuid))
+        commit = CommitPlan.read(store, JobLayout(name).plan(job.job_uuid))
         if commit is not None:
             dirs.update(commit.withdraw)
         elif job.algorithm == 2:
