@@ -14,8 +14,9 @@ Hive (FileSinkOperator)   ``<task:06d>_<attempt>[.<ext>]``              the task
 Hadoop (FileOutputFormat) ``<name>-[mr]-<task:05d>[.<ext>]``            the task only
 ========================  ============================================  ===========================================
 
-Spark 4.3 writes ``-c000`` into an unpartitioned directory and ``.c000`` into partition directories (seen in
-``tests/protocol/fixtures/spark43``); Spark 3.x wrote ``-c000`` everywhere; Spark 2.0 and 2.1 wrote no counter
+Spark's single-directory writer (an unpartitioned write) puts ``-c000`` in the name, its dynamic-partition writer
+(partitioned or bucketed) ``.c000`` (``SingleDirectoryDataWriter``, ``DynamicPartitionDataWriter``; both seen
+with Spark 4.3 in ``tests/protocol/fixtures/spark43``); Spark 2.0 wrote no counter
 (``part-r-00000-<uuid>.snappy.parquet``). Every attempt of a Spark or Hadoop task writes the *same* name into its
 own attempt directory, so two of them can never both be visible under their own names.
 

@@ -11,8 +11,8 @@ once, so a test can tell a lost row from a duplicated one. ``fixtures/spark43/ta
 table holds (``ids``: the half-open range of row ids) and what Spark did, for the tests to check against:
 
 - ``two_appends``: two jobs appending ids 0-5 and 6-11, two tasks each: two job uuids in the names.
-- ``partitioned``: the same two appends partitioned by ``p = id % 2`` (Spark 4.3 names these ``.c000``, the
-  unpartitioned ones ``-c000``).
+- ``partitioned``: the same two appends partitioned by ``p = id % 2`` (Spark's dynamic-partition writer names
+  these ``.c000``, its single-directory writer the unpartitioned ones ``-c000``).
 - ``max_records``: one task writing ids 0-5 as three files (``maxRecordsPerFile=2``): ``-c000`` to ``-c002``, three
   files of one task of one job that are not duplicates.
 - ``retried``: ids 0-5 in two tasks, where the first attempt of task 1 fails in the middle of its rows; Spark
