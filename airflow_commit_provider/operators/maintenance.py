@@ -10,30 +10,38 @@ from airflow.sdk import BaseOperator
 from ..hooks.storage import CommitStorageHook
 from ..protocol import FileOutputCommitter
 from ..protocol.compaction import compact
-from ..protocol.dedup import find_duplicates, remove_duplicates
+from ..protocol.dedup import find_duplicates, remove_duplicates, summary_lines
 from .commit import make_job_id
 
 
 class DeduplicateOutputOperator(BaseOperator):
-    """Report (``apply=False``, the default) or remove duplicate task outputs (Hive ``000005_0``/``000005_1``,
-    Spark ``part-00005-<uuid>`` of two attempts). The winner is the file a commit record lists, else the highest
-    attempt id; never the larger file. Ambiguous groups are reported and left alone. Returns the report."""
+    """Report (``apply=False``, the default) or remove duplicate task outputs: files proven to be the same task of
+    the same job twice, by the writer's naming rules and this provider's commit logs (``protocol.dedup``). The
+    dry run returns the plan the apply carries out; with ``apply=True`` the plan runs as a job of the protocol
+    (recorded before the first deletion, markers withdrawn and rewritten, resumed by a retry). *single_job_dirs*:
+    one job wrote each directory that holds Hive-named files (``INSERT OVERWRITE`` per partition). Returns the
+    plan's report (and ``applied``)."""
 
     template_fields = ("target", "conn_id")
 
-    def __init__(self, *, target: Any, conn_id: str | None = None, apply: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *, target: Any, conn_id: str | None = None, apply: bool = False,
+                 single_job_dirs: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.target, self.conn_id, self.apply = target, conn_id, apply
+        self.target, self.conn_id, self.apply, self.single_job_dirs = target, conn_id, apply, single_job_dirs
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         store = CommitStorageHook(self.conn_id).get_store(self.target)
-        report = find_duplicates(store)
-        for group in report["groups"]:
-            self.log.info("task %s in %r: keep %s (%s); %s %s", group["task"], group["partition"], group["winner"],
-                          group["reason"], "delete" if self.apply else "would delete", group["losers"])
-        for amb in report["ambiguous"]:
-            self.log.warning("task %s in %r is ambiguous, left alone: %s", amb["task"], amb["partition"], amb["why"])
-        return remove_duplicates(store, report) if self.apply else {**report, "deleted": [], "dry_run": True}
+        plan = find_duplicates(store, single_job_dirs=self.single_job_dirs)
+        self.log.info("deduplication plan %s%s: %d file(s) to delete", plan.plan_id,
+                      " (unfinished by an earlier run: finishing it)" if plan.pending else "", len(plan.deletions))
+        for line in summary_lines(plan):
+            self.log.info("%s%s", "" if self.apply or not line.startswith("delete") else "would ", line)
+        if not self.apply:
+            return {**plan.to_doc(), "dry_run": True}
+        result = remove_duplicates(store, plan)
+        for skipped in result["applied"]["skipped"]:
+            self.log.warning("skipped %s: %s", skipped["path"], skipped["why"])
+        return result
 
 
 class CompactOutputOperator(BaseOperator):

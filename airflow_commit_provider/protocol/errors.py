@@ -65,3 +65,7 @@ class MarkerChanging(CommitProtocolError):
 
 class StorageCapabilityError(CommitProtocolError):
     """The file system lacks an operation the requested committer needs (e.g. atomic create-if-absent)."""
+
+
+class DedupInProgress(CommitProtocolError):
+    """Another deduplication of the root created its plan and has not finished it; that plan runs first."""

@@ -55,6 +55,11 @@ POINTS: tuple[str, ...] = (
     "abort_job.after_task_record",
     "abort_job.mid_delete",
     "abort_job.after_delete",
+    "dedup.after_plan",
+    "dedup.after_withdraw",
+    "dedup.mid_delete",
+    "dedup.after_deletes",
+    "dedup.after_markers",
 )
 
 

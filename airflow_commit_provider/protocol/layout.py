@@ -24,6 +24,9 @@ TEMPORARY = "_temporary"
 #: where a committed job's directory goes in one rename, to be deleted off the commit's critical path; not a job
 #: id (those start with a letter or digit), so no job's directory can ever be there
 TRASH = f"{TEMPORARY}/_trash"
+#: the plan of a deduplication (:mod:`.dedupplan`), created exclusively before its first change and removed after
+#: its last: one deduplication per root at a time, and the next run finishes one that died
+DEDUP_PLAN = f"{TEMPORARY}/_dedup.json"
 COMMITS = "_commits"
 SUCCESS = "_SUCCESS"
 

@@ -149,17 +149,33 @@ def verify_listed_files(store: Store, manifest: Mapping[str, Any], where: str) -
 
 
 def _check_listing(manifest: Mapping[str, Any], sizes: Mapping[str, int], where: str) -> None:
-    """Compare a manifest with a listing of its directory (*sizes*: visible path relative to the marker's
-    directory -> size); :class:`CorruptRecord` naming the first difference."""
+    """:func:`listing_mismatch` as an error: :class:`CorruptRecord` naming the first difference."""
+    problem = listing_mismatch(sizes, manifest, where)
+    if problem:
+        raise CorruptRecord(problem)
+
+
+def files_under(listing: Mapping[str, int], directory: str) -> dict[str, int]:
+    """The entries of a root listing (path -> size) under *directory*, relative to it (``""``: all of them)."""
+    if not directory:
+        return dict(listing)
+    prefix = directory + "/"
+    return {p[len(prefix):]: size for p, size in listing.items() if p.startswith(prefix)}
+
+
+def listing_mismatch(sizes: Mapping[str, int], manifest: Mapping[str, Any], where: str) -> str | None:
+    """The first way *manifest* does not describe *sizes* (the visible files under its directory, relative to
+    it, and their sizes), or ``None`` when it describes them exactly (I9)."""
     base = manifest.get("partition") or ""  # a partition's _SUCCESS lists paths from the output root
     listed = {}
     for f in list(manifest["files"]) + list(manifest.get("retained") or []):
         listed[f["path"][len(base) + 1:] if base else f["path"]] = f
     for rel, f in listed.items():
         if sizes.get(rel) != f["size"]:
-            raise CorruptRecord(f"{where} lists {f['path']} with {f['size']} bytes, but the output has "
-                                f"{'no such file' if rel not in sizes else str(sizes[rel]) + ' bytes'}")
+            return (f"{where} lists {f['path']} with {f['size']} bytes, but the output has "
+                    f"{'no such file' if rel not in sizes else str(sizes[rel]) + ' bytes'}")
     unlisted = sorted(set(sizes) - set(listed))
     if unlisted:
-        raise CorruptRecord(f"{where} does not describe its directory: {len(unlisted)} visible file(s) it does not "
-                            f"list, e.g. {unlisted[:3]}")
+        return (f"{where} does not describe its directory: {len(unlisted)} visible file(s) it does not list, "
+                f"e.g. {unlisted[:3]}")
+    return None

@@ -1,8 +1,7 @@
-"""Duplicate cleanup (the Hive story) and compaction through the commit protocol, with real processes."""
+"""Compaction through the commit protocol, with real processes (deduplication: test_dedup.py)."""
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import os
 
@@ -10,9 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_commit_provider.protocol import FileOutputCommitter, LocalStore
+from airflow_commit_provider.protocol import FileOutputCommitter
 from airflow_commit_provider.protocol.compaction import compact, merge_group, plan_groups, small_parquet_files
-from airflow_commit_provider.protocol.dedup import find_duplicates, remove_duplicates
 
 from . import scenario as sc
 from .test_crash_matrix import expect_killed
@@ -22,39 +20,6 @@ def write(path: str, rows: list[int], pad: int = 0) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     table = pa.table({"id": pa.array(rows, pa.int64()), "pad": ["x" * pad] * len(rows)})
     pq.write_table(table, path, compression="none")
-
-
-def test_hive_duplicates_highest_attempt_wins_never_size(tmp_path):
-    root = str(tmp_path)
-    write(f"{root}/ds=1/000005_0", [1, 2], pad=5000)   # the larger file is the stale attempt
-    write(f"{root}/ds=1/000005_1", [1, 2])
-    write(f"{root}/ds=1/000003_0", [3])
-    before = sc.all_files(root)
-    report = find_duplicates(LocalStore(root))
-    assert sc.all_files(root) == before, "dry run changes nothing"
-    (group,) = report["groups"]
-    assert group["winner"] == ["ds=1/000005_1"] and group["losers"] == ["ds=1/000005_0"]
-    assert group["reason"].startswith("highest attempt id")
-    remove_duplicates(LocalStore(root), report)
-    assert sorted(pq.read_table(root).column("id").to_pylist()) == [1, 2, 3]
-
-
-def test_commit_record_beats_attempt_id(tmp_path):
-    root = str(tmp_path)
-    write(f"{root}/000005_0", [1])
-    write(f"{root}/000005_1", [1])
-    manifest = {"format": "airflow-commit-provider/success", "version": 1, "files": [{"path": "000005_0", "size": 1}]}
-    (tmp_path / "_SUCCESS").write_text(json.dumps(manifest))
-    report = remove_duplicates(LocalStore(root))
-    assert report["deleted"] == ["000005_1"] and report["groups"][0]["reason"] == "listed in a commit record"
-
-
-def test_spark_names_without_record_are_ambiguous(tmp_path):
-    root = str(tmp_path)
-    write(f"{root}/part-00005-11111111-1111-1111-1111-111111111111-c000.snappy.parquet", [1])
-    write(f"{root}/part-00005-22222222-2222-2222-2222-222222222222-c000.snappy.parquet", [1])
-    report = remove_duplicates(LocalStore(root))
-    assert report["deleted"] == [] and len(report["ambiguous"]) == 1
 
 
 def small_files(root: str) -> list[int]:

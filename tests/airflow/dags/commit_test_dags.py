@@ -139,6 +139,8 @@ with DAG("ct_maintenance", schedule=None, start_date=datetime(2024, 1, 1), catch
          tags=["airflow-commit-provider-tests"]) as ct_maintenance:
     from airflow_commit_provider.operators.maintenance import CompactOutputOperator, DeduplicateOutputOperator
 
-    dedup = DeduplicateOutputOperator(task_id="dedup", target=os.path.join(ROOT, "ct_maintenance"), apply=True)
+    # one job wrote ds=1 (an INSERT OVERWRITE of the partition): Hive's attempts of one task are duplicates there
+    dedup = DeduplicateOutputOperator(task_id="dedup", target=os.path.join(ROOT, "ct_maintenance"), apply=True,
+                                      single_job_dirs=True)
     dedup >> CompactOutputOperator(task_id="compact", target=os.path.join(ROOT, "ct_maintenance"),
                                    target_size=10**6)
