@@ -14,6 +14,8 @@ commit plan         ``plan(job_uuid)``               once, before the first move
 abort record        ``abort_record(app)``            by the failed run's teardown
 commit log          ``commit_log``                   at job commit; outlives ``_temporary``
 ``_SUCCESS``        ``SUCCESS`` (and per partition)  last
+compaction plan     ``compaction_plan(job_uuid)``    once, before a compaction's first merge
+input claim         ``input_claim(file, n)``         exclusive: who holds a compaction's input
 ==================  ===============================  =========================================
 
 The paths themselves are named in one place, :class:`.layout.JobLayout` (and drawn in the README's design

@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import uuid
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Container, Iterator, Sequence
 from typing import IO
 
 from ..errors import InvalidOutputSpec
@@ -163,6 +164,19 @@ class LocalStore(Store):
             return os.listdir(self._p(rel))
         except (FileNotFoundError, NotADirectoryError):
             return []
+
+    def file_versions(self, rels: Sequence[str]) -> dict[str, tuple[int, str]]:
+        """A stat per file: the version is the inode and the modification time in nanoseconds (a file replaced
+        under its name, by a rename or a rewrite, changes one of them; a hard-link move changes neither)."""
+        out = {}
+        for rel in rels:
+            try:
+                st = os.stat(self._p(rel), follow_symlinks=False)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                out[rel] = (st.st_size, f"{st.st_ino}:{st.st_mtime_ns}")
+        return out
 
     def _with_parent(self, op: Callable[[str, str], None], src_path: str, dst_path: str) -> None:
         """``op(src, dst)``, creating the parent directory of *dst* when that is what was missing (the common case
