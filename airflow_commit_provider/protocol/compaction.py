@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 from . import records
 from .claims import InputClaims, sweep
 from .committer import FileOutputCommitter
-from .errors import CommitProtocolError, CorruptRecord, InputsChanged, InputsClaimed, InvalidOutputSpec
+from .errors import CorruptRecord, InputsChanged, InputsClaimed, InvalidOutputSpec
 from .faults import inject
 from .inputs import changed_inputs, check_unchanged
 from .jobrecord import InputFile, JobRecord
@@ -205,8 +205,9 @@ def compact(committer: FileOutputCommitter, attempt: int, target_size: int = 128
     groups: list[list[str]] | None = None
     if job is None:
         sweep(c.store)   # the claims of compactions that ended (this one's, when a crash skipped its release)
-        if log is not None:
-            return {"state": "committed", **log.to_doc()}  # a retry after the commit: nothing to redo
+        if log is not None:  # a retry after the commit: nothing to redo but a cleanup a crash cut short
+            c.remove_trash()
+            return {"state": "committed", **log.to_doc()}
         groups = plan_groups(candidate_files(c.store), target_size)
         ctx = c.setup_job(replace_files=[f for g in groups for f in g], replace_first=True)
     else:
@@ -236,15 +237,15 @@ def compact(committer: FileOutputCommitter, attempt: int, target_size: int = 128
         outcomes: list[TaskOutcome] = [
             run_task_attempt(c, task, attempt, lambda w, g=[f.path for f in group]: merge_group(w, g, c.store))
             for task, group in enumerate(plan.groups)]
-        manifest = c.commit_job(len(plan.groups))
-    except InputsChanged:
-        refuse(c, claims, job)
+    except Exception:
+        if changed_inputs(c.store, job.replace_inputs):  # an input went (or changed) under a merge
+            refuse(c, claims, job)
+            check_unchanged(c.store, job)
         raise
-    except Exception as exc:
-        if isinstance(exc, CommitProtocolError) or not changed_inputs(c.store, job.replace_inputs):
-            raise
-        refuse(c, claims, job)  # an input went (or changed) under a merge
-        check_unchanged(c.store, job)
+    try:
+        manifest = c.commit_job(len(plan.groups))
+    except InputsChanged:   # raised before the commit plan: nothing visible changed
+        refuse(c, claims, job)
         raise
     release(c, claims, job)
     return {"state": "committed", "groups": len(plan.groups), "inputs": len(job.replace_files),

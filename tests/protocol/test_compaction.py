@@ -115,3 +115,104 @@ def test_a_retry_after_a_dynamic_job_rewrote_a_partition_loses_nothing(tmp_path)
     assert_rows(root, expected)   # whatever the retry did, no row lost and none back from the replaced d0
     assert retry.returncode == worker.REFUSED, retry.stdout + retry.stderr
     assert "day=d0/small-00.parquet" in retry.stderr, retry.stderr
+
+
+def _claim_after_barrier(root: str, job_id: str, barrier, out) -> None:
+    from airflow_commit_provider.protocol import InputsClaimed
+    from airflow_commit_provider.protocol.claims import InputClaims
+
+    c = FileOutputCommitter(root, job_id, algorithm=1, mode="append")
+    job = c.job_record()
+    barrier.wait(timeout=60)
+    try:
+        InputClaims(c.store, job).claim_all(job.replace_files)
+        out.put((job_id, "holds"))
+    except InputsClaimed:
+        out.put((job_id, "refused"))
+
+
+def test_two_compactions_claiming_overlapping_inputs_at_once_exactly_one_holds_them(tmp_path):
+    """Two compactions set up over overlapping inputs claim them at the same moment, in two processes: whatever
+    the interleaving, one holds every input it asked for, and the other holds none (it released what it had)."""
+    import multiprocessing as mp
+
+    from airflow_commit_provider.protocol.claims import InputClaims, newest
+
+    root = str(tmp_path / "table")
+    small_table(root)
+    files = sorted(sc.visible_files(root))
+    jobs = {"compact-a": files[:8], "compact-b": files[4:]}
+    ctx = mp.get_context("spawn")
+    for round_ in range(3):
+        for job_id, inputs in jobs.items():
+            c = FileOutputCommitter(root, f"{job_id}-{round_}", algorithm=1, mode="append")
+            c.setup_job(replace_files=inputs, replace_first=True)
+        barrier, out = ctx.Barrier(2), ctx.Queue()
+        procs = [ctx.Process(target=_claim_after_barrier, args=(root, f"{j}-{round_}", barrier, out)) for j in jobs]
+        for p in procs:
+            p.start()
+        outcomes = dict(out.get(timeout=120) for _ in procs)
+        for p in procs:
+            p.join(timeout=60)
+        assert sorted(outcomes.values()) == ["holds", "refused"], outcomes
+        store = FileOutputCommitter(root, "any", algorithm=1, mode="append").store
+        for job_id, inputs in jobs.items():
+            tops = {rel: newest(store, rel) for rel in inputs}
+            mine = {rel for rel, top in tops.items() if top is not None and top.job_id == f"{job_id}-{round_}"}
+            assert mine == (set(inputs) if outcomes[f"{job_id}-{round_}"] == "holds" else set()), (job_id, mine)
+        for job_id in jobs:  # end the round: the next one starts with every input free
+            c = FileOutputCommitter(root, f"{job_id}-{round_}", algorithm=1, mode="append")
+            InputClaims(c.store, c.job_record()).release_all(c.job_record().replace_files)
+            c.abort_job()
+
+
+def test_a_dead_compaction_holds_nothing_a_failed_one_holds_until_aborted(tmp_path):
+    """A compaction killed after fixing its plan still holds its inputs (its run can be cleared and finish): another
+    compaction refuses, naming it. Once it is aborted (its job record purged) it is dead, and the other takes its
+    inputs over and commits."""
+    root = str(tmp_path / "table")
+    ids = small_table(root)
+    killed = worker.run(root, "compact-first", 1, faults="compact.after_plan=kill")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    other = worker.run(root, "compact-second", 1)
+    assert other.returncode == worker.REFUSED and "compact-first" in other.stderr, other.stderr
+    assert_rows(root, Counter(ids))
+    FileOutputCommitter(root, "compact-first", algorithm=1, mode="append").abort_job()
+    other = worker.run(root, "compact-second", 2)
+    assert other.returncode == 0, other.stderr
+    assert_rows(root, Counter(ids))
+    assert not os.path.exists(f"{root}/_temporary"), sc.all_files(root)
+
+
+def test_a_compaction_planned_before_another_committed_refuses_at_its_claims(tmp_path):
+    """Planned (job record created, nothing claimed yet) and paused; another compaction runs from start to end;
+    the first wakes: it gets the claims (the other released them), then finds its inputs gone and refuses."""
+    root = str(tmp_path / "table")
+    ids = small_table(root)
+    late = worker.start(root, "compact-late", 1, faults="setup_job.after_app_attempt=stop")
+    wait_stopped(late)
+    first = worker.run(root, "compact-first", 1)
+    assert first.returncode == 0, first.stderr
+    code, _, err = resume(late)
+    assert code == worker.REFUSED and "InputsChanged" in err and "(gone)" in err, err
+    assert_rows(root, Counter(ids))
+    assert FileOutputCommitter(root, "compact-late", algorithm=1, mode="append").status()["state"] == "absent"
+
+
+def test_an_input_rewritten_under_its_name_with_the_same_size_is_caught(tmp_path):
+    """The merges are done when another writer replaces one input by a file of the same name and size with other
+    rows; the commit refuses (the size alone would not have told), and the new rows are there, once."""
+    root = str(tmp_path / "table")
+    ids = small_table(root)
+    comp = worker.start(root, "compact", 1, faults="commit_job.after_recovery=stop")
+    wait_stopped(comp)
+    path = f"{root}/day=d1/small-02.parquet"
+    size = os.path.getsize(path)
+    new = list(range(7000, 7000 + ROWS_PER_FILE))
+    pq.write_table(pa.table({"id": pa.array(new, pa.int64())}), path + ".tmp", compression="none")
+    assert os.path.getsize(path + ".tmp") == size
+    os.replace(path + ".tmp", path)
+    code, _, err = resume(comp)
+    assert code == worker.REFUSED and "replaced by another file of the same name" in err, err
+    old = set(range(40, 45))  # the ids small-02 of d1 held
+    assert_rows(root, Counter([i for i in ids if i not in old] + new))
