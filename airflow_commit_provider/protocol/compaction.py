@@ -198,8 +198,10 @@ def merge_group(writer: TaskAttemptWriter, group: Sequence[str], store: Store) -
 def compact(committer: FileOutputCommitter, attempt: int, target_size: int = 128 * 2**20) -> dict[str, Any]:
     """Run (or resume) a compaction job; *attempt* numbers this run's task attempts (an Airflow try number).
 
-    Returns the ``_SUCCESS`` manifest with ``groups``, ``inputs`` and ``recovered``; raises :class:`InputsClaimed`
-    or :class:`InputsChanged` when it refused (see the module docstring), having changed nothing visible."""
+    Returns the ``_SUCCESS`` manifest with ``groups``, ``inputs`` and ``recovered`` (``state`` is
+    ``nothing_to_compact``, with no job set up, when no partition has two small files); raises
+    :class:`InputsClaimed` or :class:`InputsChanged` when it refused (see the module docstring), having changed
+    nothing visible."""
     c = committer
     job, log = c.job_record(), c.commit_log()
     groups: list[list[str]] | None = None
@@ -209,6 +211,8 @@ def compact(committer: FileOutputCommitter, attempt: int, target_size: int = 128
             c.remove_trash()
             return {"state": "committed", **log.to_doc()}
         groups = plan_groups(candidate_files(c.store), target_size)
+        if not groups:   # no job: a commit would withdraw and rewrite the markers for nothing
+            return {"state": "nothing_to_compact", "groups": 0, "inputs": 0, "recovered": 0}
         ctx = c.setup_job(replace_files=[f for g in groups for f in g], replace_first=True)
     else:
         ctx = c.setup_job()
