@@ -17,8 +17,9 @@ partition and whose job commit deletes the inputs and publishes the merged files
    hold the same rows, so this order means a reader never sees a row twice), then writes the markers.
 6. **Release** the claims.
 
-A refusal (at 2, or because an input changed: at 2, 4 or 5) aborts the generation (its merged files were never
-visible) and releases its claims, then raises :class:`InputsClaimed` or :class:`InputsChanged` naming the input:
+A refusal (at 2; because an input changed: at 2, 4 or 5; or because the files of a group do not merge, at 4)
+aborts the generation (its merged files were never visible) and releases its claims, then raises
+:class:`InputsClaimed`, :class:`InputsChanged` or :class:`InvalidOutputSpec` naming the input:
 the output is as it was, and the next run plans afresh over what is there then. A crash at any step is finished
 by running the compaction again (the same job id): before its commit plan it continues with the fixed groups
 (merges already committed are recovered), after it the commit rolls forward.
@@ -32,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import records
@@ -185,14 +187,25 @@ def fix_plan(c: FileOutputCommitter, job: JobRecord, groups: Sequence[Sequence[s
 
 
 def merge_group(writer: TaskAttemptWriter, group: Sequence[str], store: Store) -> None:
-    """Write the rows of *group* (one partition) as one Parquet file of the attempt."""
+    """Write the rows of *group* (one partition) as one Parquet file of the attempt, in the first file's schema;
+    :class:`InvalidOutputSpec` naming two files whose schemas do not merge (other columns, or types that do not
+    cast), before anything is written."""
     part = partition_of(group[0])
     tables = [pq.read_table(io.BytesIO(store.read_bytes(rel))) for rel in group]
+    schema = tables[0].schema
+    cast = []
+    for rel, table in zip(group, tables):
+        try:
+            cast.append(table.cast(schema))
+        except (pa.ArrowException, ValueError) as exc:
+            shown = [s.to_string(show_schema_metadata=False).replace("\n", ", ") for s in (table.schema, schema)]
+            raise InvalidOutputSpec(f"cannot merge {store.url(rel)} ({shown[0]}) into the schema of "
+                                    f"{store.url(group[0])} ({shown[1]}): {exc}; nothing was changed") from exc
     name = writer.next_file_name("snappy.parquet")
     with writer.open_file(f"{part}/{name}" if part else name) as fh:
-        with pq.ParquetWriter(fh, tables[0].schema, compression="snappy") as pw:
-            for table in tables:
-                pw.write_table(table.cast(tables[0].schema))
+        with pq.ParquetWriter(fh, schema, compression="snappy") as pw:
+            for table in cast:
+                pw.write_table(table)
 
 
 def compact(committer: FileOutputCommitter, attempt: int, target_size: int = 128 * 2**20) -> dict[str, Any]:
@@ -241,6 +254,9 @@ def compact(committer: FileOutputCommitter, attempt: int, target_size: int = 128
         outcomes: list[TaskOutcome] = [
             run_task_attempt(c, task, attempt, lambda w, g=[f.path for f in group]: merge_group(w, g, c.store))
             for task, group in enumerate(plan.groups)]
+    except InvalidOutputSpec:   # inputs that cannot be merged: a retry would fail the same way
+        refuse(c, claims, job)
+        raise
     except Exception:
         if changed_inputs(c.store, job.replace_inputs):  # an input went (or changed) under a merge
             refuse(c, claims, job)

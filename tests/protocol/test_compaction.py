@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_commit_provider.protocol import FileOutputCommitter, read_success_marker, run_task_attempt
+from airflow_commit_provider.protocol.claims import InputClaims, newest
 
 from . import compaction_worker as worker
 from . import scenario as sc
@@ -119,7 +120,6 @@ def test_a_retry_after_a_dynamic_job_rewrote_a_partition_loses_nothing(tmp_path)
 
 def _claim_after_barrier(root: str, job_id: str, barrier, out) -> None:
     from airflow_commit_provider.protocol import InputsClaimed
-    from airflow_commit_provider.protocol.claims import InputClaims
 
     c = FileOutputCommitter(root, job_id, algorithm=1, mode="append")
     job = c.job_record()
@@ -135,8 +135,6 @@ def test_two_compactions_claiming_overlapping_inputs_at_once_exactly_one_holds_t
     """Two compactions set up over overlapping inputs claim them at the same moment, in two processes: whatever
     the interleaving, one holds every input it asked for, and the other holds none (it released what it had)."""
     import multiprocessing as mp
-
-    from airflow_commit_provider.protocol.claims import InputClaims, newest
 
     root = str(tmp_path / "table")
     small_table(root)
@@ -216,3 +214,24 @@ def test_an_input_rewritten_under_its_name_with_the_same_size_is_caught(tmp_path
     assert code == worker.REFUSED and "replaced by another file of the same name" in err, err
     old = set(range(40, 45))  # the ids small-02 of d1 held
     assert_rows(root, Counter([i for i in ids if i not in old] + new))
+
+
+def test_files_whose_schemas_do_not_merge_are_refused_by_name(tmp_path):
+    """A partition holds a file whose ``id`` is text: the merge cannot cast it. The compaction fails naming both
+    files and both schemas, changes nothing, and holds nothing (another compaction may run afterwards)."""
+    root = str(tmp_path / "table")
+    ids = small_table(root)
+    pq.write_table(pa.table({"id": ["not a number"]}), f"{root}/day=d1/text-id.parquet")
+    before = sorted(sc.all_files(root))
+    ran = worker.run(root, "compact", 1)
+    assert ran.returncode == worker.REFUSED, ran.stderr
+    assert "InvalidOutputSpec" in ran.stderr and "text-id.parquet" in ran.stderr and "id: string" in ran.stderr
+    after = sorted(sc.all_files(root))
+    assert [f for f in after if not f.startswith("_temporary/_claims/")] == before, "nothing changed"
+    store = FileOutputCommitter(root, "compact", algorithm=1, mode="append").store
+    chains = {f.rsplit("/", 1)[0][len("_temporary/_claims/"):] for f in after if f.startswith("_temporary/")}
+    assert chains and all(newest(store, rel).job_id is None for rel in chains), "every claim released"
+    assert Counter(r["id"] for r in sc.read_rows(f"{root}/day=d0")) == Counter(ids[:30])
+    os.remove(f"{root}/day=d1/text-id.parquet")
+    assert worker.run(root, "compact-next", 1).returncode == 0
+    assert_rows(root, Counter(ids))
