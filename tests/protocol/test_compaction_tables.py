@@ -70,10 +70,20 @@ def finish(root: str, attempt: int) -> dict:
     return json.loads(again.stdout)
 
 
+def make_table(root: str, name: str) -> None:
+    kind, _, rest = name.partition("-")
+    if kind == "spark":
+        tables.spark_table(root, rest)
+    else:
+        mode, _, alg = rest.partition("-v")
+        tables.provider_table(root, mode, int(alg))
+
+
 @pytest.mark.parametrize("point", STEPS)
-def test_compaction_killed_at_every_step_then_rerun(tmp_path, point):
+@pytest.mark.parametrize("name", ["provider-dynamic-v1", "spark-by_day_appended"])
+def test_compaction_killed_at_every_step_then_rerun(tmp_path, name, point):
     root = str(tmp_path / "table")
-    tables.provider_table(root, "dynamic", 1)
+    make_table(root, name)
     before = tables.rows(root)
     expect_killed(worker.run(root, "compact", 1, faults=kill_at(point)))
     check_any_moment(root, before)
@@ -96,15 +106,6 @@ def test_a_retry_killed_while_it_recovers_the_merges(tmp_path, point):
 
 
 TABLES = [f"provider-{m}-v{a}" for m, a in tables.PROVIDER_TABLES] + [f"spark-{n}" for n in tables.SPARK_TABLES]
-
-
-def make_table(root: str, name: str) -> None:
-    kind, _, rest = name.partition("-")
-    if kind == "spark":
-        tables.spark_table(root, rest)
-    else:
-        mode, _, alg = rest.partition("-v")
-        tables.provider_table(root, mode, int(alg))
 
 
 @pytest.mark.parametrize("name", TABLES)
