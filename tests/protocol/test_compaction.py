@@ -3,15 +3,26 @@ processes, real Parquet files, every row counted by pyarrow and duckdb, every ma
 
 from __future__ import annotations
 
+import json
+import multiprocessing as mp
 import os
 import signal
 from collections import Counter
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
-from airflow_commit_provider.protocol import FileOutputCommitter, read_success_marker, run_task_attempt
+from airflow_commit_provider.protocol import (
+    CorruptRecord,
+    FileOutputCommitter,
+    InputsClaimed,
+    faults,
+    read_success_marker,
+    run_task_attempt,
+)
 from airflow_commit_provider.protocol.claims import InputClaims, newest
+from airflow_commit_provider.protocol.compaction import CompactionPlan, compact
 
 from . import compaction_worker as worker
 from . import scenario as sc
@@ -119,8 +130,6 @@ def test_a_retry_after_a_dynamic_job_rewrote_a_partition_loses_nothing(tmp_path)
 
 
 def _claim_after_barrier(root: str, job_id: str, barrier, out) -> None:
-    from airflow_commit_provider.protocol import InputsClaimed
-
     c = FileOutputCommitter(root, job_id, algorithm=1, mode="append")
     job = c.job_record()
     barrier.wait(timeout=60)
@@ -134,8 +143,6 @@ def _claim_after_barrier(root: str, job_id: str, barrier, out) -> None:
 def test_two_compactions_claiming_overlapping_inputs_at_once_exactly_one_holds_them(tmp_path):
     """Two compactions set up over overlapping inputs claim them at the same moment, in two processes: whatever
     the interleaving, one holds every input it asked for, and the other holds none (it released what it had)."""
-    import multiprocessing as mp
-
     root = str(tmp_path / "table")
     small_table(root)
     files = sorted(sc.visible_files(root))
@@ -234,4 +241,28 @@ def test_files_whose_schemas_do_not_merge_are_refused_by_name(tmp_path):
     assert Counter(r["id"] for r in sc.read_rows(f"{root}/day=d0")) == Counter(ids[:30])
     os.remove(f"{root}/day=d1/text-id.parquet")
     assert worker.run(root, "compact-next", 1).returncode == 0
+    assert_rows(root, Counter(ids))
+
+
+def test_a_corrupt_compaction_plan_stops_the_compaction_naming_it(tmp_path):
+    """A plan whose groups do not split the job's inputs (or that does not parse) is refused by name, before any
+    merge; the table is untouched."""
+    root = str(tmp_path / "table")
+    ids = small_table(root)
+    c = FileOutputCommitter(root, "compact", algorithm=1, mode="append")
+    faults.arm("compact.after_plan", "raise")
+    with pytest.raises(faults.InjectedFault):
+        compact(c, 1, 10**6)
+    faults.disarm()
+    where = c.layout.compaction_plan(c.job_record().job_uuid)
+    doc = json.loads(c.store.read_bytes(where))
+    assert CompactionPlan.from_json(c.store.read_bytes(where), where).inputs == list(c.job_record().replace_files)
+    doc["groups"] = doc["groups"][:1]
+    c.store.write_bytes(where, json.dumps(doc).encode())
+    with pytest.raises(CorruptRecord, match="does not split the inputs of job compact"):
+        compact(c, 2, 10**6)
+    doc["groups"][0][0].pop("size")
+    c.store.write_bytes(where, json.dumps(doc).encode())
+    with pytest.raises(CorruptRecord, match=r"lacks the field 'groups\[0\]\[0\].size'"):
+        compact(c, 3, 10**6)
     assert_rows(root, Counter(ids))
