@@ -26,8 +26,8 @@ only with create-if-absent and never rewritten; the entry with the highest numbe
   inputs and published the merged files, then appends a ``free`` entry (also when it refuses). A release that a
   crash skipped costs nothing but a later take-over, since the job is dead by then.
 - **Sweep.** A chain whose input is gone and whose newest entry is ``free`` or dead is deleted (at the start of
-  every compaction): nobody will want that input again. A chain whose input exists is never deleted, because
-  deleting entries under a claimant that is appending one could let two claimants both win.
+  every compaction, and after its commit): nobody will want that input again. A chain whose input exists is never
+  deleted, because deleting entries under a claimant that is appending one could let two claimants both win.
 
 Why the race is closed: to delete an input at its job commit, a compaction holds the input from before its
 merges until after its deletions, and the chain lets at most one live generation hold it. What is left to the

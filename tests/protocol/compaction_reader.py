@@ -5,7 +5,8 @@ every read in which a row was seen twice.
 and writes ``{"reads", "failed_reads", "twice", "fewest_rows", "most_rows"}`` to OUT as JSON. A read that fails
 because a file it listed went before it was opened (a compaction deleting its inputs) is counted in
 ``failed_reads`` and retried (so is one that found no file at all: every partition directory between the
-deletion of its inputs and the rename of its merged files); ``twice`` lists, per read that saw one, the ids seen more than once.
+deletion of its inputs and the rename of its merged files); ``twice`` lists, per read that saw one, the ids seen
+more than once.
 """
 
 from __future__ import annotations
