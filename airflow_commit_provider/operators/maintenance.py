@@ -46,8 +46,13 @@ class DeduplicateOutputOperator(BaseOperator):
 
 class CompactOutputOperator(BaseOperator):
     """Merge small Parquet files per partition into files of about *target_size* bytes, through the commit
-    protocol: each merge is a task attempt, the small files are replaced at job commit only. A retry of this task
-    is a new application attempt that recovers merges already committed."""
+    protocol (:mod:`~airflow_commit_provider.protocol.compaction`): each merge is a task attempt, the small files
+    are replaced at job commit only. The first try fixes the merge groups; a retry is a new application attempt
+    that recovers the merges already committed and never regroups.
+
+    The task fails, having changed nothing visible, when another compaction holds one of the files
+    (:class:`InputsClaimed`: it is running, or failed and was not aborted) or when another job deleted or rewrote
+    one of them since the plan (:class:`InputsChanged`); after the latter a retry plans afresh."""
 
     template_fields = ("target", "conn_id")
 
@@ -62,6 +67,6 @@ class CompactOutputOperator(BaseOperator):
         committer = FileOutputCommitter(store, job_id, algorithm=1, mode="append",
                                         labels={"dag_id": context["dag"].dag_id, "run_id": context["run_id"]})
         result = compact(committer, context["ti"].try_number, self.target_size)
-        self.log.info("compaction %s: %s groups merged from %s small files", job_id, result.get("groups"),
-                      result.get("inputs"))
+        self.log.info("compaction %s: %s: %s groups merged from %s small files", job_id, result["state"],
+                      result.get("groups"), result.get("inputs"))
         return {k: v for k, v in result.items() if k != "files"}

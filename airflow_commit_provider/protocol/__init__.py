@@ -25,6 +25,8 @@ from .errors import (
     CommitDenied,
     CommitProtocolError,
     CorruptRecord,
+    InputsChanged,
+    InputsClaimed,
     InvalidOutputSpec,
     JobAlreadyCommitted,
     JobConfigMismatch,
@@ -40,7 +42,8 @@ from .task import TaskOutcome, run_task_attempt
 from .writer import TaskAttemptWriter
 
 __all__ = [
-    "MODES", "CommitDenied", "CommitProtocolError", "CorruptRecord", "FileOutputCommitter", "InvalidOutputSpec",
+    "MODES", "CommitDenied", "CommitProtocolError", "CorruptRecord", "FileOutputCommitter", "InputsChanged",
+    "InputsClaimed", "InvalidOutputSpec",
     "JobAlreadyCommitted", "JobConfigMismatch", "JobContext", "JobIncomplete", "JobLayout", "JobNotSetUp",
     "MarkerChanging", "make_committer",
     "LocalStore", "OutputCommitter", "StorageCapabilityError", "Store", "TaskAttemptContext", "TaskAttemptWriter",

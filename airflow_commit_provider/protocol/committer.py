@@ -40,6 +40,7 @@ from .errors import (
     JobNotSetUp,
 )
 from .faults import inject
+from .inputs import record_inputs
 from .layout import COMMITS, TEMPORARY, TRASH, JobLayout, check_job_id
 from .paths import check_partition_key, check_relative
 from .abort import abort_job
@@ -239,10 +240,11 @@ class FileOutputCommitter(OutputCommitter):
         """Allocate the next application attempt; create the job record and the target on the first one.
 
         *replace_files* (used on the first call of a generation only): existing files this job's commit replaces
-        (a compaction's inputs). They are deleted after the new files are in place, unless *replace_first*: for a
-        job whose new files hold the same rows as the old ones (compaction), the safe order is the reverse --
-        a reader may briefly miss rows (they are committed and will be published by the resume), but never
-        sees one twice.
+        (a compaction's inputs). They are recorded with their sizes and versions, and job commit refuses
+        (:class:`InputsChanged`, before anything visible changes) when one of them is gone or changed since. They
+        are deleted after the new files are in place, unless *replace_first*: for a job whose new files hold the
+        same rows as the old ones (compaction), the safe order is the reverse -- a reader may briefly miss rows
+        (they are committed and will be published by the resume), but never sees one twice.
 
         Idempotent in effect and never touches committed work: a re-run after a successful commit starts a new
         generation (new job uuid) whose commit will replace the previous generation's files; a re-run while a job
@@ -292,11 +294,12 @@ class FileOutputCommitter(OutputCommitter):
         first_app = max([first_app] + [int(n) + 1 for n in self.store.list_dir(self.layout.job_dir) if n.isdigit()])
         if self.mode == "error":
             self.check_empty(set(replaces.files) if replaces else set())
+        inputs = record_inputs(self.store, replace_files, self.job_id) if replace_files else ()
         self.store.ensure_root()
         config = self._config()
         record = JobRecord(config["committer"], config["algorithm"], self.mode, self.partition_by, self.job_id,
                            str(uuid.uuid4()), generation, first_app, records.now_iso(), self.labels, replaces,
-                           tuple(replace_files), replace_first)
+                           tuple(replace_files), replace_first, inputs)
         self.store.create_exclusive(self.layout.job_record, record.to_json())
         job = self.job_record()
         if job is None:  # pragma: no cover - created just above, or by a concurrent setup

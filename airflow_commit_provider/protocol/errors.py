@@ -69,3 +69,22 @@ class StorageCapabilityError(CommitProtocolError):
 
 class DedupInProgress(CommitProtocolError):
     """Another deduplication of the root created its plan and has not finished it; that plan runs first."""
+
+
+class InputsChanged(CommitProtocolError):
+    """Files a job was set up to replace (a compaction's inputs) are gone or are not the files it read: another job
+    deleted or rewrote them. Raised before anything visible changes; ``paths`` names them."""
+
+    def __init__(self, message: str, paths: list[str]) -> None:
+        super().__init__(message)
+        self.paths = paths
+
+
+class InputsClaimed(CommitProtocolError):
+    """Another compaction, still running (or failed and not aborted), holds the claim on an input: only one
+    compaction at a time may delete a file. Raised before anything was merged or changed."""
+
+    def __init__(self, message: str, path: str, holder: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.holder = holder

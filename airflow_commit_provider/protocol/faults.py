@@ -62,6 +62,16 @@ POINTS: tuple[str, ...] = (
     "dedup.after_markers",
 )
 
+#: The points only a compaction (:mod:`.compaction`) reaches, around the job it runs (whose own steps are points
+#: of :data:`POINTS`): after each input claimed, after its merge plan is fixed, after its job commit and before
+#: its claims are released. Kept apart so that the crash matrices of ordinary jobs, which expect every point of
+#: :data:`POINTS` to fire, do not wait for them.
+COMPACTION_POINTS: tuple[str, ...] = (
+    "compact.mid_claim",
+    "compact.after_plan",
+    "compact.before_release",
+)
+
 
 class InjectedFault(RuntimeError):
     """Raised by a point armed with the ``raise`` action."""
@@ -78,8 +88,9 @@ def _parse(spec: str) -> dict[str, tuple[str, int]]:
     for entry in filter(None, (part.strip() for part in spec.split(","))):
         point, _, action = entry.partition("=")
         action, _, nth = action.partition("@")
-        if point not in POINTS:
-            raise ValueError(f"unknown fault injection point {point!r}; known points: {', '.join(POINTS)}")
+        if point not in POINTS and point not in COMPACTION_POINTS:
+            raise ValueError(f"unknown fault injection point {point!r}; known points: "
+                             f"{', '.join(POINTS + COMPACTION_POINTS)}")
         if action not in ("exit", "kill", "raise", "stop"):
             raise ValueError(f"unknown fault action {action!r} for {point!r}: use exit, kill, raise or stop")
         armed[point] = (action, int(nth or 1))

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from . import records
 from .errors import CorruptRecord, InvalidOutputSpec, JobIncomplete
 from .faults import inject
+from .inputs import check_unchanged
 from .layout import SUCCESS, TEMPORARY, task_name
 from .markers import marker_dirs_above, withdraw_markers, write_markers
 from .parallel import parallel
@@ -182,7 +183,8 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
     application attempt are never rewritten), so it stays small whatever the number of files. A concurrent job
     commit that fixed its plan first wins; this one then follows that plan. In mode ``error`` the job claims the
     target just before (:mod:`.targetclaim`): the claim decides between jobs in mode ``error`` that found it empty
-    at the same moment; the emptiness check refuses what other modes wrote there."""
+    at the same moment; the emptiness check refuses what other modes wrote there. A job that replaces
+    named files (a compaction) refuses here, changing nothing, when one of them is gone or changed since its setup."""
 
     name = "plan"
 
@@ -207,6 +209,8 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
             if clobbered:
                 raise InvalidOutputSpec(f"{c.mode} would replace existing file(s) {clobbered[:5]} in "
                                         f"{c.store.url()}; nothing was changed")
+        if job.replace_inputs:
+            check_unchanged(c.store, job)  # a compaction's inputs: still the files its merges read (:mod:`.inputs`)
         deletions |= ((replaced | replace_files) & visible) | strays
         deletions -= dsts
         withdraw = marker_dirs_above(dsts | deletions)

@@ -50,6 +50,17 @@ def _objects(doc: Mapping[str, Any], key: str, fields: Mapping[str, Any], where:
                               nullable=None in types)
 
 
+def _inputs(doc: Mapping[str, Any], where: str) -> tuple[InputFile, ...]:
+    if "replace_inputs" not in doc:
+        return ()
+    _objects(doc, "replace_inputs", {"path": str, "size": int, "version": str}, where, JobRecord.KIND)
+    inputs = tuple(InputFile(e["path"], e["size"], e["version"]) for e in doc["replace_inputs"])
+    if [f.path for f in inputs] != list(doc.get("replace_files") or []):
+        raise CorruptRecord(f"{where}: fields replace_inputs and replace_files name different files; the job record "
+                            "is corrupt")
+    return inputs
+
+
 @dataclass(frozen=True)
 class Replaces:
     """The committed generation a new generation's commit replaces: its uuid, number and files."""
@@ -57,6 +68,19 @@ class Replaces:
     job_uuid: str
     generation: int
     files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """An existing file a job will replace, as the job read it: its size and version (:meth:`.Store.file_versions`),
+    so that its commit can tell whether the file is still the one it read."""
+
+    path: str
+    size: int
+    version: str
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"path": self.path, "size": self.size, "version": self.version}
 
 
 @dataclass(frozen=True)
@@ -81,6 +105,9 @@ class JobRecord:
     replace_files: tuple[str, ...] = ()
     #: delete *replace_files* before publishing (a compaction: never a row twice)
     replace_first: bool = False
+    #: *replace_files* as they were when the job record was created (size, version): job commit refuses if one of
+    #: them is gone or changed since. Empty in records of releases before it (their commits do not check).
+    replace_inputs: tuple[InputFile, ...] = ()
 
     def config(self) -> dict[str, Any]:
         """What a job keeps across attempts: committer, algorithm, mode, partitioning (as in the JSON)."""
@@ -96,10 +123,12 @@ class JobRecord:
         replaces = None if self.replaces is None else {
             "job_uuid": self.replaces.job_uuid, "generation": self.replaces.generation,
             "files": list(self.replaces.files)}
+        inputs = {"replace_inputs": [f.to_doc() for f in self.replace_inputs]} if self.replace_inputs else {}
         return records.dumps(self.KIND, {
             **self.config(), "job_id": self.job_id, "job_uuid": self.job_uuid, "generation": self.generation,
             "first_app_attempt": self.first_app_attempt, "created": self.created, "labels": dict(self.labels),
-            "replaces": replaces, "replace_files": list(self.replace_files), "replace_first": self.replace_first})
+            "replaces": replaces, "replace_files": list(self.replace_files), "replace_first": self.replace_first,
+            **inputs})
 
     @classmethod
     def from_json(cls, data: bytes, where: str) -> JobRecord:
@@ -120,7 +149,7 @@ class JobRecord:
                    get("generation", int), get("first_app_attempt", int), get("created", str),
                    get("labels", dict, required=False, default={}), replaces,
                    _strings(doc, "replace_files", where, k, required=False),
-                   get("replace_first", bool, required=False, default=False))
+                   get("replace_first", bool, required=False, default=False), _inputs(doc, where))
 
     @classmethod
     def read(cls, store: Store, rel: str) -> JobRecord | None:
@@ -256,4 +285,4 @@ class CommitLog:
         return records.read(store, rel, cls.KIND, cls.from_json)
 
 
-__all__ = ["CommitLog", "CommitPlan", "JobRecord", "Replaces"]
+__all__ = ["CommitLog", "CommitPlan", "InputFile", "JobRecord", "Replaces"]

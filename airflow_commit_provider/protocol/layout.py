@@ -27,6 +27,9 @@ TRASH = f"{TEMPORARY}/_trash"
 #: the plan of a deduplication (:mod:`.dedupplan`), created exclusively before its first change and removed after
 #: its last: one deduplication per root at a time, and the next run finishes one that died
 DEDUP_PLAN = f"{TEMPORARY}/_dedup.json"
+#: the compactions' claims on the files they will delete (:mod:`.claims`), shared by every job on the target; not a
+#: job id either
+CLAIMS = f"{TEMPORARY}/_claims"
 COMMITS = "_commits"
 SUCCESS = "_SUCCESS"
 
@@ -75,6 +78,20 @@ class JobLayout:
     def plan(self, job_uuid: str) -> str:
         """Scoped by generation, so a plan a crash left behind never steers a later generation's commit."""
         return f"{self.job_dir}/_commit_plan_{job_uuid}.json"
+
+    def compaction_plan(self, job_uuid: str) -> str:
+        """A compaction's merge groups (:mod:`.compaction`), fixed once per generation."""
+        return f"{self.job_dir}/_compaction_{job_uuid}.json"
+
+    @staticmethod
+    def input_claim_chain(rel: str) -> str:
+        """The chain of claims on visible file *rel* (:mod:`.claims`): shared by every compaction of the target."""
+        return f"{CLAIMS}/{rel}"
+
+    @staticmethod
+    def input_claim(rel: str, number: int) -> str:
+        """Entry *number* of :meth:`input_claim_chain`: who holds *rel* from then on (created exclusively)."""
+        return f"{CLAIMS}/{rel}/{number:010d}"
 
     def trash_entry(self, unique: str) -> str:
         """Where :attr:`job_dir` goes at cleanup: a new name each time, so a deletion of an earlier entry that is

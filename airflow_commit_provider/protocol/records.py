@@ -15,6 +15,8 @@ abort record        ``abort_record(app)``            by the failed run's teardow
 commit log          ``commit_log``                   at job commit; outlives ``_temporary``
 error-mode claim    ``error_claim``                  exclusive, before the plan (mode ``error``)
 ``_SUCCESS``        ``SUCCESS`` (and per partition)  last
+compaction plan     ``compaction_plan(job_uuid)``    once, before a compaction's first merge
+input claim         ``input_claim(file, n)``         exclusive: who holds a compaction's input
 ==================  ===============================  =========================================
 
 The paths themselves are named in one place, :class:`.layout.JobLayout` (and drawn in the README's design

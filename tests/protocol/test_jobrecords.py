@@ -246,3 +246,36 @@ def test_a_resumed_commit_with_a_damaged_plan_stops_before_anything_visible_chan
     with pytest.raises(CorruptRecord, match="_commit_plan_.*attempt_history"):
         c.commit_job(1)
     assert {p.name: p.read_bytes() for p in root.iterdir() if p.is_file()} == before
+
+
+def _compaction_doc() -> dict[str, Any]:
+    doc = json.loads((FIXTURE / "job_compaction.json").read_bytes())
+    doc["replace_inputs"] = [{"path": p, "size": 10 + i, "version": f"v{i}"}
+                             for i, p in enumerate(doc["replace_files"])]
+    return doc
+
+
+def test_a_compaction_record_with_its_inputs_reads_and_writes_back():
+    """A record with ``replace_inputs`` (sizes and versions) round-trips; without the field (the previous release)
+    it reads as having none and is written back as it was (the byte-for-byte test above)."""
+    data = json.dumps(_compaction_doc(), separators=(",", ":")).encode()
+    job = JobRecord.from_json(data, WHERE)
+    assert [(f.path, f.size, f.version) for f in job.replace_inputs] == [
+        ("day=d0/a.parquet", 10, "v0"), ("day=d1/b.parquet", 11, "v1")]
+    assert job.to_json() == data
+    old = JobRecord.from_json((FIXTURE / "job_compaction.json").read_bytes(), WHERE)
+    assert old.replace_inputs == () and old.replace_files == job.replace_files
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda d: d["replace_inputs"][1].update(size="11"), "field 'replace_inputs[1].size' has type str, not int"),
+    (lambda d: d["replace_inputs"][0].pop("version"), "lacks the field 'replace_inputs[0].version'"),
+    (lambda d: d["replace_inputs"].pop(), "replace_inputs and replace_files name different files"),
+    (lambda d: d.update(replace_inputs={}), "field 'replace_inputs' has type dict, not list"),
+])
+def test_compaction_input_corruption_is_named(change, message):
+    doc = _compaction_doc()
+    change(doc)
+    with pytest.raises(CorruptRecord, match=WHERE.replace(".", r"\.")) as err:
+        JobRecord.from_json(json.dumps(doc).encode(), WHERE)
+    assert message in str(err.value)

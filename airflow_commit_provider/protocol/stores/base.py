@@ -104,6 +104,24 @@ class Store(ABC):
             out += [f"{head}/{n}" if head else n for n in names if n not in present]
         return out
 
+    def file_versions(self, rels: Sequence[str]) -> dict[str, tuple[int, str]]:
+        """``(size, version)`` of each of *rels* that exists (missing ones are left out), one listing per directory.
+
+        The version is a token that changes when a file of that name is replaced, even by one of the same size
+        (local disk: inode and modification time; object stores: the ETag): what a job that will delete these
+        files records, to tell at its commit that they are still the files it read. This default has sizes
+        only (an empty version)."""
+        wanted: dict[str, set[str]] = {}
+        for rel in rels:
+            head, _, name = rel.rpartition("/")
+            wanted.setdefault(head, set()).add(name)
+        out = {}
+        for head, names in wanted.items():
+            for name, size in self.list_files(head):
+                if name in names:
+                    out[f"{head}/{name}" if head else name] = (size, "")
+        return out
+
     @abstractmethod
     def move_file(self, src: str, dst: str, size: int | None = None) -> None:
         """Move one file, replacing *dst*; :class:`FileNotFoundError` when *src* is missing. *size*, when known,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Sequence
 from typing import IO, Any
 
 from ..errors import InvalidOutputSpec, StorageCapabilityError
@@ -77,6 +78,27 @@ class FsspecStore(Store):
             return [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(self._p(rel), detail=False)]
         except FileNotFoundError:
             return []
+
+    def file_versions(self, rels: Sequence[str]) -> dict[str, tuple[int, str]]:
+        """One detailed listing per directory; the version is the ETag where the file system has one (S3),
+        else its modification or creation time."""
+        wanted: dict[str, set[str]] = {}
+        for rel in rels:
+            head, _, name = rel.rpartition("/")
+            wanted.setdefault(head, set()).add(name)
+        out = {}
+        for head, names in wanted.items():
+            try:
+                entries = self.fs.ls(self._p(head), detail=True)
+            except FileNotFoundError:
+                continue
+            for info in entries:
+                name = info["name"].rstrip("/").rsplit("/", 1)[-1]
+                if name in names and info.get("type") != "directory":
+                    version = next((str(info[k]) for k in ("ETag", "etag", "mtime", "LastModified", "created")
+                                    if info.get(k) is not None), "")
+                    out[f"{head}/{name}" if head else name] = (int(info.get("size") or 0), version)
+        return out
 
     def move_file(self, src: str, dst: str, size: int | None = None) -> None:
         src_path = self._p(src)

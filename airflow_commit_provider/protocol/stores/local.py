@@ -212,6 +212,19 @@ class LocalStore(Store):
         except (FileNotFoundError, NotADirectoryError):
             return []
 
+    def file_versions(self, rels: Sequence[str]) -> dict[str, tuple[int, str]]:
+        """A stat per file: the version is the inode and the modification time in nanoseconds (a file replaced
+        under its name, by a rename or a rewrite, changes one of them; a hard-link move changes neither)."""
+        out = {}
+        for rel in rels:
+            try:
+                st = os.stat(self._p(rel), follow_symlinks=False)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                out[rel] = (st.st_size, f"{st.st_ino}:{st.st_mtime_ns}")
+        return out
+
     def _with_parent(self, op: Callable[[str, str], None], src_path: str, dst_path: str) -> None:
         """``op(src, dst)``, creating the parent directory of *dst* when that is what was missing (the common case
         is that it exists, so it is not checked first). :class:`FileNotFoundError` when *src* is missing."""

@@ -84,6 +84,11 @@ class S3Store(FsspecStore):
         self.fs.invalidate_cache()
         return [(p, s) for p, s in super().list_files(rel, visible_only=visible_only) if p and not p.endswith("/")]
 
+    def file_versions(self, rels: Sequence[str]) -> dict[str, tuple[int, str]]:
+        self._hook()
+        self.fs.invalidate_cache()
+        return super().file_versions(rels)
+
     def list_dir(self, rel: str) -> list[str]:
         self._hook()
         self.fs.invalidate_cache()
