@@ -116,6 +116,8 @@ def run_plan(store: Store, plan: DedupPlan) -> dict[str, Any]:
     applied: dict[str, Any] = {"resumed": False, "deleted": [], "skipped": [], "markers": []}
     if not plan.deletions:
         return {**plan.to_doc(), "applied": applied}
+    # a link or another volume below the root: refused before the first change, as a job commit refuses it
+    store.check_tree(visible=True)
     applied["resumed"] = _claim(store, plan)
     inject("dedup.after_plan")
     # What is written back is the newest marker of each directory: one a job committed since the plan was made,

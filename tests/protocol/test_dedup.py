@@ -645,3 +645,19 @@ def test_a_marker_somebody_withdrew_after_the_plan_is_not_brought_back(tmp_path)
     result = json.loads(t.resume(dedup))
     assert len(result["applied"]["deleted"]) == 1 and result["applied"]["markers"] == []
     assert not os.path.exists(f"{root}/_SUCCESS")
+
+
+def test_a_tree_with_a_symlinked_partition_is_refused_before_anything_changes(tmp_path):
+    """The maintenance operators bind as the commit does: never a deletion through a link (issue 19)."""
+    from airflow_commit_provider.protocol import InvalidOutputSpec
+
+    root = str(tmp_path / "table")
+    t.write_parquet(f"{root}/delta_0000001_0000001_0000/000000_0", [0, 1, 2])
+    shutil.copyfile(f"{root}/delta_0000001_0000001_0000/000000_0", f"{root}/delta_0000001_0000001_0000/000000_1")
+    t.write_parquet(str(tmp_path / "cold" / "000000_0"), [7])
+    os.symlink(tmp_path / "cold", f"{root}/cold_part", target_is_directory=True)
+    assert find_duplicates(LocalStore(root)).deletions, "the dry run still shows what it would do"
+    with pytest.raises(InvalidOutputSpec, match=r"cold_part is a symbolic link"):
+        remove_duplicates(LocalStore(root))
+    assert sorted(os.listdir(f"{root}/delta_0000001_0000001_0000")) == ["000000_0", "000000_1"]
+    assert os.listdir(tmp_path / "cold") == ["000000_0"]
