@@ -31,7 +31,7 @@ from tests.protocol import scenario as sc  # noqa: E402
 from tests.protocol.test_crash_matrix import MIDWAY, spawn  # noqa: E402
 from tests.support import start_moto  # noqa: E402
 
-POINTS = [p for p in faults.POINTS if not p.startswith(("abort_job.", "dedup."))]
+POINTS = [p for p in faults.POINTS if not p.startswith("abort_job.")]
 
 
 def run_cell(fs: str, algorithm, point: str, kill: str, base: str) -> str:

@@ -118,7 +118,8 @@ def _committed_logs(store: Store) -> dict[str, tuple[str, CommitLog]]:
     """job uuid -> (job id, commit log) of every job this provider committed into the root."""
     logs = {}
     for name in store.list_dir(COMMITS):
-        if name.endswith(".json"):
+        # job ids start with a letter or digit: other names there are not commit logs (the error-mode claim)
+        if name.endswith(".json") and not is_hidden(name):
             log = CommitLog.read(store, f"{COMMITS}/{name}")
             if log is not None:
                 logs[log.job_uuid] = (name[:-5], log)

@@ -55,11 +55,6 @@ POINTS: tuple[str, ...] = (
     "abort_job.after_task_record",
     "abort_job.mid_delete",
     "abort_job.after_delete",
-    "dedup.after_plan",
-    "dedup.after_withdraw",
-    "dedup.mid_delete",
-    "dedup.after_deletes",
-    "dedup.after_markers",
 )
 
 #: The points only a compaction (:mod:`.compaction`) reaches, around the job it runs (whose own steps are points
@@ -71,6 +66,18 @@ COMPACTION_POINTS: tuple[str, ...] = (
     "compact.after_plan",
     "compact.before_release",
 )
+
+#: The steps of a deduplication job (:mod:`.dedupjob`), apart for the same reason.
+DEDUP_POINTS: tuple[str, ...] = (
+    "dedup.after_plan",
+    "dedup.after_withdraw",
+    "dedup.mid_delete",
+    "dedup.after_deletes",
+    "dedup.after_markers",
+)
+
+#: Every point a fault can be armed at.
+ALL_POINTS: tuple[str, ...] = POINTS + COMPACTION_POINTS + DEDUP_POINTS
 
 
 class InjectedFault(RuntimeError):
@@ -88,9 +95,9 @@ def _parse(spec: str) -> dict[str, tuple[str, int]]:
     for entry in filter(None, (part.strip() for part in spec.split(","))):
         point, _, action = entry.partition("=")
         action, _, nth = action.partition("@")
-        if point not in POINTS and point not in COMPACTION_POINTS:
+        if point not in ALL_POINTS:
             raise ValueError(f"unknown fault injection point {point!r}; known points: "
-                             f"{', '.join(POINTS + COMPACTION_POINTS)}")
+                             f"{', '.join(ALL_POINTS)}")
         if action not in ("exit", "kill", "raise", "stop"):
             raise ValueError(f"unknown fault action {action!r} for {point!r}: use exit, kill, raise or stop")
         armed[point] = (action, int(nth or 1))

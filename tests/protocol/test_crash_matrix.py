@@ -24,7 +24,7 @@ from airflow_commit_provider.protocol.faults import FAULT_EXIT_CODE
 from ..conftest import REPO
 from . import scenario as sc
 
-MATRIX_POINTS = [p for p in faults.POINTS if not p.startswith(("abort_job.", "dedup."))]  # dedup: test_dedup.py
+MATRIX_POINTS = [p for p in faults.POINTS if not p.startswith("abort_job.")]
 #: Points reached once per file (commit_job.mid_move also once per partition directory renamed whole): fire at the
 #: 2nd (mid-way), or the 1st for deletions (the old data has 2 files).
 MIDWAY = {"commit_task.mid_move": 2, "commit_job.mid_move": 2, "commit_job.mid_delete": 1, "writer.after_file": 2}

@@ -489,7 +489,7 @@ def test_names_by_their_writers_rules():
 
 # ---------------------------------------------------------------- killed, and beside other processes
 
-KILLS = [(p, 1) for p in faults.POINTS if p.startswith("dedup.")] + [("dedup.mid_delete", 3)]
+KILLS = [(p, 1) for p in faults.DEDUP_POINTS] + [("dedup.mid_delete", 3)]
 
 
 @pytest.mark.parametrize("point,nth", KILLS, ids=[f"{p}@{n}" for p, n in KILLS])
