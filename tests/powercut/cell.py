@@ -5,10 +5,12 @@ and an earlier application attempt that committed two tasks, both made durable f
 then a real worker process, importing this checkout's package, runs a whole application attempt -- setup, four
 tasks of which the last fails once, job commit -- and pauses itself (fault action ``stop``) at the cut point, or
 runs to the end (point ``returned``: the power goes just after ``commit_job`` returned). While it is paused the
-disk is copied three times (:mod:`.disk`): ``lost``, before anything is forced (what the job made durable itself;
-after ``commit_job`` returned that must be the committed state), ``cut``, after the power cut (the journal
-committed: every name and deletion durable, data nobody fsynced not), and ``control``, after ``syncfs`` (the same
-moment without the power loss). The worker is killed, the disk unmounted, and each copy is mounted in its place:
+disk (ext4 or btrfs) is copied three times (:mod:`.disk`): ``lost``, before anything is forced (what the job made
+durable itself; after ``commit_job`` returned that must be the committed state), ``cut``, after the power cut (an
+unrelated fsync: on ext4 the journal committed, every name and deletion durable, data nobody fsynced not; on btrfs
+the log tree written: also the new names of files renamed after their fsync, nothing else), and ``control``,
+after ``syncfs`` (the same moment without the power loss). The worker is killed, the disk unmounted, and each copy
+is mounted in its place:
 
 - **state after the reboot** (every copy): every visible Parquet file reads; no row twice; the target exists and,
   when old files are gone, every new row is there (overwrite never loses the target); in append mode every old
@@ -17,8 +19,9 @@ moment without the power loss). The worker is killed, the disk unmounted, and ea
   committed state is there, row for row;
 - **the job goes on** (each copy): resumed as Airflow's retry does ("clear only failed": every task again, then
   ``commit_job``), and, in the modes where recomputing is idempotent (overwrite, dynamic), cleared as a user does
-  (the failed run's teardown ``abort_job(keep_committed=True)``, then a new application attempt): every row
-  exactly once, old rows as the mode says, committed tasks not run again, a true ``_SUCCESS``, no ``_temporary``.
+  (the failed run's teardown ``abort_job(keep_committed=True)``, then a new application attempt; on the copy a
+  missing fsync hurts most: ext4's ``cut``, btrfs' ``lost``): every row exactly once, old rows as the mode says,
+  committed tasks not run again, a true ``_SUCCESS``, no ``_temporary``.
 
 The control copy must pass everything, or the cell proves nothing.
 """
@@ -68,12 +71,18 @@ JOB_TIMEOUT = 120.0
 
 @dataclass(frozen=True)
 class Cell:
+    """*fs* names the file system (:data:`.disk.FILE_SYSTEMS`); *fsyncs* what the job's store fsyncs
+    (:data:`tests.protocol.scenario.FSYNCS`: anything but ``all`` must be reported as loss somewhere)."""
+
     algorithm: int
     mode: str
     point: str
+    fs: str = "ext4"
+    fsyncs: str = "all"
 
     def name(self) -> str:
-        return f"v{self.algorithm}-{self.mode}-{self.point}"
+        suffix = "" if self.fsyncs == "all" else f"-fsyncs-{self.fsyncs}"
+        return f"{self.fs}-v{self.algorithm}-{self.mode}-{self.point}{suffix}"
 
 
 @dataclass
@@ -81,11 +90,14 @@ class Outcome:
     """``status``: ``pass``; ``fail`` (some check failed on a cut copy: data lost or the job stuck); ``broken``
     (the control failed, or the cell could not run: the simulation proves nothing); ``n/a`` (the point is not on
     this algorithm's path); ``unclean`` (every try's cut was made milder by a writeback the harness did not ask
-    for). ``checks`` maps ``copy: check`` to ``ok`` or what failed."""
+    for). ``checks`` maps ``copy: check`` to ``ok`` or what failed; ``canaries`` each copy to its canary's state
+    (:func:`.disk.canary_state`: on btrfs ``empty`` on ``lost`` means the job's fsyncs forced a transaction
+    commit, which made that copy milder)."""
 
     cell: Cell
     status: str = "pass"
     checks: dict[str, str] = field(default_factory=dict)
+    canaries: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     tries: int = 1
 
@@ -247,8 +259,8 @@ def _run_once(cell: Cell, base: str) -> Outcome:
             return outcome
         cfg, copies = cut
         for copy in copies:
-            with disk.mounted(copy.image, os.path.join(cell_dir, "mnt")):
-                canary = disk.canary_state(os.path.join(cell_dir, "mnt"))
+            with disk.mounted(copy.image, os.path.join(cell_dir, "mnt"), disk.FILE_SYSTEMS[cell.fs]):
+                canary = outcome.canaries[copy.name] = disk.canary_state(os.path.join(cell_dir, "mnt"))
                 if canary not in copy.canary:
                     if "written" in canary and copy.name != "control":
                         outcome.status = "unclean"  # something wrote the page cache back: run the cell again
@@ -291,14 +303,18 @@ def _cut(cell: Cell, cell_dir: str, outcome: Outcome) -> tuple[dict[str, Any], l
     or ``None`` when there is nothing to reboot (the point is not on the path, or the worker failed).
 
     Three moments are copied while the worker is paused: ``lost`` before anything is forced (what the job made
-    durable itself: after ``commit_job`` returned that must be the committed state), ``cut`` after the journal
-    commit (every name and deletion durable, unsynced data not), ``control`` after ``syncfs``."""
+    durable itself: after ``commit_job`` returned that must be the committed state), ``cut`` after an unrelated
+    fsync (on ext4 every name and deletion durable, unsynced data not; on btrfs the log tree written: the names of
+    files renamed after their fsync), ``control`` after ``syncfs``. Each is resumed; the file system's
+    :attr:`~.disk.FileSystem.cleared` copy is also cleared, in the modes where that recomputes the same output."""
+    fs = disk.FILE_SYSTEMS[cell.fs]
     image, mnt = os.path.join(cell_dir, "disk.img"), os.path.join(cell_dir, "mnt")
     work = os.path.join(cell_dir, "work")
     os.makedirs(work)
-    cfg = {"root": os.path.join(mnt, "out"), "work": work, "algorithm": cell.algorithm, "mode": cell.mode}
-    disk.make_image(image)
-    with disk.mounted(image, mnt):
+    cfg = {"root": os.path.join(mnt, "out"), "work": work, "algorithm": cell.algorithm, "mode": cell.mode,
+           "fsyncs": cell.fsyncs}
+    disk.make_image(image, fs)
+    with disk.mounted(image, mnt, fs):
         if cell.mode != "error":
             sc.write_old_data(cfg["root"])
         sc.phase_prior(cfg)
@@ -325,11 +341,12 @@ def _cut(cell: Cell, cell_dir: str, outcome: Outcome) -> tuple[dict[str, Any], l
     if cell.point == RETURNED:
         checks += (("committed when commit_job returned", check_committed),)
     checks += (("resume", resume),)
-    img = {name: os.path.join(cell_dir, f"{name}.img") for name in ("lost", "cut", "cut-clear", "control")}
-    copies = [Copy("lost", img["lost"], ("absent", "empty"), checks), Copy("cut", img["cut"], ("empty",), checks)]
+    img = {name: os.path.join(cell_dir, f"{name}.img") for name in ("lost", "cut", "clear", "control")}
+    canaries = {"lost": ("absent", "empty"), "cut": fs.cut_canary}
+    copies = [Copy(name, img[name], canaries[name], checks) for name in ("lost", "cut")]
     if cell.mode in IDEMPOTENT_MODES:
-        disk.copy_image(img["cut"], img["cut-clear"])
-        copies.append(Copy("cut", img["cut-clear"], ("empty",), (("clear", clear),)))
+        disk.copy_image(img[fs.cleared], img["clear"])
+        copies.append(Copy(fs.cleared, img["clear"], canaries[fs.cleared], (("clear", clear),)))
     copies.append(Copy("control", img["control"], ("written",),
                        (("state after reboot", check_after_reboot), ("resume", resume))))
     return cfg, copies

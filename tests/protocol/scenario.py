@@ -23,6 +23,8 @@ import pyarrow.dataset as ds
 
 from airflow_commit_provider.protocol import make_committer, run_task_attempt
 from airflow_commit_provider.protocol.paths import is_hidden
+from airflow_commit_provider.protocol.stores.durability import DirSync
+from airflow_commit_provider.protocol.stores.local import LocalStore
 
 ROWS = 6
 TASKS = 4
@@ -38,11 +40,29 @@ def task_table(task: int, attempt: int, rows: int = ROWS) -> pa.Table:
     })
 
 
+#: What a local job's store fsyncs (``cfg["fsyncs"]``): ``all`` (the product), ``files`` (never a directory: rule 2
+#: of :mod:`airflow_commit_provider.protocol.stores.durability` broken on purpose) or ``none`` (``durable=False``).
+#: The power-cut simulation must report loss for the last two (``tests/powercut``).
+FSYNCS = ("all", "files", "none")
+
+
+class FilesOnlyStore(LocalStore):
+    """A local store that fsyncs every file it should and never a directory."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self._sync = DirSync(enabled=False)
+
+
 def committer(cfg: dict[str, Any], job: str = JOB) -> Any:
     kwargs = {"part_size": cfg["part_size"]} if "part_size" in cfg else {}
-    return make_committer(cfg["root"], job, algorithm=cfg["algorithm"], mode=cfg["mode"],
+    fsyncs = cfg.get("fsyncs", "all")
+    if fsyncs not in FSYNCS:
+        raise ValueError(f"fsyncs must be one of {FSYNCS}, got {fsyncs!r}")
+    output = FilesOnlyStore(cfg["root"]) if fsyncs == "files" else cfg["root"]
+    return make_committer(output, job, algorithm=cfg["algorithm"], mode=cfg["mode"],
                           partition_by=cfg.get("partition_by", ["day"]), commit_threads=cfg.get("threads", 2),
-                          **kwargs)
+                          durable=fsyncs != "none", **kwargs)
 
 
 def _record_call(cfg: dict[str, Any], task: int, attempt: int) -> None:
