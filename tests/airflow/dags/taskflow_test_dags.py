@@ -4,7 +4,9 @@ fast, and a job key per data interval.
 Controlled at run time by files in ``COMMIT_TEST_WORK``, like ``commit_test_dags``: ``fail-<dag_id>-<shard>-<try>``
 makes that try of that shard fail after writing half its rows; every call of a user callable is appended to
 ``calls.log`` (dag id, stage, shard, try); the downstream ``report`` task writes the summary it received to
-``summary-<dag_id>-<stage>.json``. Targets are ``<COMMIT_TEST_ROOT>/<dag_id>/<stage>``.
+``summary-<dag_id>-<stage>.json``; ``tf_watched`` (scheduled by an asset watcher on ``tf_watch_source``'s target)
+writes the job uuids of the asset events that triggered each run to ``watched-<run_id>.json``. Targets are
+``<COMMIT_TEST_ROOT>/<dag_id>/<stage>``.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import os
 from datetime import datetime, timedelta
 
 import pyarrow as pa
-from airflow.sdk import DAG, TaskGroup, task
+from airflow.sdk import DAG, Asset, AssetWatcher, TaskGroup, task
 
 from airflow_commit_provider.operators.stage import commit_stage
+from airflow_commit_provider.triggers.committed_output import CommittedOutputTrigger
 
 ROOT = os.environ.get("COMMIT_TEST_ROOT", "/tmp/commit-test-root")
 WORK = os.environ.get("COMMIT_TEST_WORK", "/tmp/commit-test-work")
@@ -125,3 +128,31 @@ with DAG("tf_job_key", schedule="@daily", start_date=datetime(2024, 1, 1), catch
     # the default: every run is its own job, so a second run of the interval appends its rows again
     commit_stage("per_run", target=target("tf_job_key", "per_run"), python_callable=load_day,
                  expand_op_kwargs=[{"shard": s} for s in range(2)], mode="append", partition_by=["day"])
+
+
+# ------------------------------------------------- an asset watcher on a target: a DAG run per committed job
+WATCHED = target("tf_watch_source", "events")
+
+with DAG("tf_watch_source", schedule=None, start_date=datetime(2024, 1, 1), catchup=False, default_args=DEFAULTS,
+         tags=["airflow-commit-provider-tests"]) as tf_watch_source:
+    @task.commit_stage(target=WATCHED, mode="append")
+    def events(shard: int, ti=None) -> pa.Table:
+        return rows(shard, ti.try_number)
+
+    events.expand(shard=[0, 1])
+
+watched_events = Asset("tf_watched_events", watchers=[AssetWatcher(
+    name="tf_events_committed", trigger=CommittedOutputTrigger(target=WATCHED, poke_interval=1))])
+
+with DAG("tf_watched", schedule=[watched_events], start_date=datetime(2024, 1, 1), catchup=False,
+         tags=["airflow-commit-provider-tests"]) as tf_watched:
+    @task
+    def record_trigger(triggering_asset_events=None, run_id=None) -> list[str]:
+        """Writes the job uuids of the asset events that triggered this run."""
+        uuids = [event.extra["payload"]["job_uuid"] for events in triggering_asset_events.values()
+                 for event in events]
+        with open(os.path.join(WORK, f"watched-{run_id}.json"), "w") as fh:
+            json.dump(uuids, fh)
+        return uuids
+
+    record_trigger()
