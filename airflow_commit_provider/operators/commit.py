@@ -2,8 +2,9 @@
 
 How Airflow maps onto Hadoop's model (see the README for the full table):
 
-- job: one write stage (``job_name``) of one DAG run into one target; its id is derived from dag id, run id and
-  job name, so it is the same for every try and every clear of that run;
+- job: one write stage (``job_name``) of one DAG run into one target; its id is derived from dag id, job key
+  (default: the run id) and job name, so it is the same for every try and every clear of that run, and, with
+  ``job_key="{{ data_interval_start }}"``, for every run of one data interval;
 - application attempt: one run of the setup task. The first run is attempt 0; a setup retry or a clear of the DAG
   run (which re-runs setup) is the next one. "Clear only failed tasks" re-runs neither setup nor teardown, so the
   retried writes and commit continue in the same application attempt: the protocol reads the current attempt
@@ -28,7 +29,10 @@ from ..links.commit_status import CommitStatusLink, CommitTargetLink
 from ..protocol import CommitDenied, FileOutputCommitter, InvalidOutputSpec, make_committer, run_task_attempt
 from ..protocol.committer import check_mode, normalize_algorithm
 from ..protocol.paths import check_partition_key
+from .failures import fail_fast_on_deterministic_errors
+from .lineage import CommitLineageMixin
 from .setup_context import SetupContext
+from .summary import CommitSummary
 
 #: Task state store key holding a write task's commit outcome (Airflow 3.3+: the task instance's "Storage" tab).
 STATE_KEY = "commit"
@@ -36,17 +40,40 @@ STATE_KEY = "commit"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def make_job_id(dag_id: str, run_id: str, job_name: str) -> str:
-    """A directory-safe job id, stable for one stage of one DAG run.
+def make_job_id(dag_id: str, job_key: str, job_name: str) -> str:
+    """A directory-safe job id, stable for one stage of one DAG run (*job_key* = the run id) or of whatever
+    *job_key* names (a data interval: every run of it is the same job).
 
-    Run ids hold ``:`` and ``+`` (``manual__2024-01-01T00:00:00+00:00``); unsafe characters become ``_`` and a short
-    hash of the exact original keeps two ids that differ only in those characters apart.
+    Run ids and rendered dates hold ``:``, ``+`` and spaces (``manual__2024-01-01T00:00:00+00:00``); unsafe
+    characters become ``_`` and a short hash of the exact original keeps two ids that differ only in those
+    characters apart.
     """
-    raw = f"{dag_id}__{run_id}__{job_name}"
+    raw = f"{dag_id}__{job_key}__{job_name}"
     safe = _UNSAFE.sub("_", raw).strip("._-") or "job"
     if safe != raw or len(safe) > 180:
         safe = f"{safe[:180]}-{hashlib.sha1(raw.encode()).hexdigest()[:10]}"
     return safe.replace("..", "_")
+
+
+def check_user_callables(python_callable: Any, writer_callable: Any, owner: str) -> None:
+    """Exactly one of the two, and a plain callable: an ``@task``-decorated function is not one (calling it builds
+    a task, it does not run the code), so it is refused here, where the DAG is parsed, not at run time."""
+    if (python_callable is None) == (writer_callable is None):
+        raise InvalidOutputSpec(f"{owner}: give exactly one of python_callable (returns pyarrow data) or "
+                                "writer_callable (receives a writer)")
+    for name, func in (("python_callable", python_callable), ("writer_callable", writer_callable)):
+        if func is None:
+            continue
+        if getattr(func, "_airflow_is_task_decorator", False) or getattr(func, "_commit_stage_decorator", False):
+            inner = getattr(func, "function", None)
+            label = getattr(inner, "__name__", None) or repr(func)
+            raise InvalidOutputSpec(
+                f"{owner}: {name}={label} is an @task-decorated function, not a plain callable: calling it builds "
+                f"a task instead of running your code. Decorate it with @task.commit_stage(target=..., ...) "
+                f"instead of @task (the whole stage, usable with .expand()), or pass the undecorated function "
+                f"({label}.function)")
+        if not callable(func):
+            raise InvalidOutputSpec(f"{owner}: {name} must be callable, got {type(func).__name__}")
 
 
 def _call(func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -59,7 +86,8 @@ def _call(func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, An
 
 
 #: The parameters every operator of a stage takes (:class:`CommitBaseOperator`'s own).
-SHARED_ARGS = ("target", "conn_id", "algorithm", "mode", "partition_by", "commit_threads", "job_name", "durable")
+SHARED_ARGS = ("target", "conn_id", "algorithm", "mode", "partition_by", "commit_threads", "job_name", "durable",
+               "job_key")
 
 
 def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
@@ -85,12 +113,19 @@ def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
                 out[name] = check(args[name])
             except InvalidOutputSpec as exc:
                 raise bad(name, str(exc)) from None
+    if "job_key" in args and args["job_key"] is not None and not _text(args["job_key"]):
+        raise bad("job_key", "give a non-empty string (a template such as '{{ data_interval_start }}'), or None: "
+                             "the run id")
     if "durable" in args and not isinstance(args["durable"], bool):
         raise bad("durable", "give True (the default: a committed output survives a power cut) or False (a "
                              "scratch target on a local disk: nothing is fsynced)")
     if out.get("mode") == "dynamic" and "partition_by" in args and not out["partition_by"]:
         raise bad("partition_by", "mode='dynamic' replaces the partitions a job writes, so it needs partition_by")
     return out
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
 
 
 def _partition_columns(partition_by: Any) -> list[str]:
@@ -120,8 +155,10 @@ class _CheckedPartial:
             return partial
 
         def checked_partial(**kwargs: Any) -> Any:
-            shared = {k: v for k, v in kwargs.items() if k in SHARED_ARGS}
-            check_commit_args(shared, f"{cls.__name__}.partial(task_id={kwargs.get('task_id')!r})")
+            owner = f"{cls.__name__}.partial(task_id={kwargs.get('task_id')!r})"
+            check_commit_args({k: v for k, v in kwargs.items() if k in SHARED_ARGS}, owner)
+            if issubclass(cls, CommitWriteOperator):
+                check_user_callables(kwargs.get("python_callable"), kwargs.get("writer_callable"), owner)
             return partial(**kwargs)
 
         return checked_partial
@@ -138,6 +175,9 @@ class CommitBaseOperator(BaseOperator):
     :param partition_by: partition column(s)
     :param commit_threads: parallel moves at job commit (``None``: the store's default)
     :param job_name: the stage's name in the job id; default: the task group's id, else ``"default"`` (templated)
+    :param job_key: what makes one run's job the same as another's (templated): default ``None``, the run id (every
+        try and clear of one run is one job); ``"{{ data_interval_start }}"``: every run of one data interval is
+        one job, so a second run replaces the first's files (a new generation) instead of adding them again
     :param durable: on a local disk, fsync what a committed output needs to survive a power cut (default);
         ``False`` for scratch targets. Object stores are durable per request either way.
 
@@ -148,7 +188,7 @@ class CommitBaseOperator(BaseOperator):
     ``template_fields`` (``(*CommitBaseOperator.template_fields, ...)``).
     """
 
-    template_fields: Sequence[str] = ("target", "conn_id", "job_name")
+    template_fields: Sequence[str] = ("target", "conn_id", "job_name", "job_key")
     #: kept for subclasses written against earlier releases: the shared template fields
     commit_template_fields: tuple[str, ...] = tuple(template_fields)
     operator_extra_links = (CommitStatusLink(), CommitTargetLink())
@@ -156,10 +196,11 @@ class CommitBaseOperator(BaseOperator):
 
     def __init__(self, *, target: Any, conn_id: str | None = None, algorithm: int | str = 1, mode: str = "error",
                  partition_by: Collection[str] | str = (), commit_threads: int | None = None,
-                 job_name: str | None = None, durable: bool = True, **kwargs: Any) -> None:
+                 job_name: str | None = None, durable: bool = True, job_key: str | None = None,
+                 **kwargs: Any) -> None:
         args = check_commit_args({"target": target, "conn_id": conn_id, "algorithm": algorithm, "mode": mode,
                                   "partition_by": partition_by, "commit_threads": commit_threads,
-                                  "job_name": job_name, "durable": durable},
+                                  "job_name": job_name, "durable": durable, "job_key": job_key},
                                  f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})")
         super().__init__(**kwargs)
         self.target = args["target"]
@@ -170,6 +211,7 @@ class CommitBaseOperator(BaseOperator):
         self.commit_threads = args["commit_threads"]
         self.job_name = args["job_name"]
         self.durable = args["durable"]
+        self.job_key = args["job_key"]
 
     def _job_name(self) -> str:
         if self.job_name:
@@ -178,15 +220,26 @@ class CommitBaseOperator(BaseOperator):
         group_id = getattr(group, "group_id", None)
         return group_id or "default"
 
+    def _job_key(self, context: Mapping[str, Any]) -> str:
+        """The rendered job key (the run id by default); a key that renders empty is refused, naming it."""
+        if self.job_key is None:
+            return context["run_id"]
+        key = str(self.job_key).strip()
+        if not key:
+            raise InvalidOutputSpec(f"{type(self).__name__}(task_id={self.task_id!r}): job_key rendered empty: "
+                                    "it must name the job (say '{{ data_interval_start }}')")
+        return key
+
     def job_id(self, context: Mapping[str, Any]) -> str:
-        return make_job_id(context["dag"].dag_id, context["run_id"], self._job_name())
+        return make_job_id(context["dag"].dag_id, self._job_key(context), self._job_name())
 
     def committer(self, context: Mapping[str, Any]) -> FileOutputCommitter:
         store = CommitStorageHook(self.conn_id).get_store(self.target, durable=self.durable)
+        labels = {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "job_name": self._job_name()}
+        if self.job_key is not None:
+            labels["job_key"] = self._job_key(context)
         return make_committer(store, self.job_id(context), algorithm=self.algorithm, mode=self.mode,
-                              partition_by=self.partition_by, commit_threads=self.commit_threads,
-                              labels={"dag_id": context["dag"].dag_id, "run_id": context["run_id"],
-                                      "job_name": self._job_name()})
+                              partition_by=self.partition_by, commit_threads=self.commit_threads, labels=labels)
 
 
 #: The name of :class:`CommitBaseOperator` in earlier releases (a mixin used with ``BaseOperator``).
@@ -203,6 +256,10 @@ class CommitSetupOperator(CommitBaseOperator):
     ui_color = "#d6eaf8"
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        with fail_fast_on_deterministic_errors():
+            return self._setup(context)
+
+    def _setup(self, context: Mapping[str, Any]) -> dict[str, Any]:
         committer = self.committer(context)
         job = committer.setup_job()
         setup = SetupContext.from_job(job, job_name=self._job_name(), target=committer.store.url(),
@@ -236,13 +293,10 @@ class CommitWriteOperator(CommitBaseOperator):
                  writer_callable: Callable[..., Any] | None = None, op_args: Sequence[Any] | None = None,
                  op_kwargs: Mapping[str, Any] | None = None, compression: str = "snappy",
                  max_rows_per_file: int | None = None, **kwargs: Any) -> None:
+        # before the base class adds the task to the DAG: a refused operator is not left half-built there
+        check_user_callables(python_callable, writer_callable,
+                             f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})")
         super().__init__(**kwargs)
-        if (python_callable is None) == (writer_callable is None):
-            raise InvalidOutputSpec("give exactly one of python_callable (returns pyarrow data) or writer_callable "
-                                    "(receives a writer)")
-        for name, func in (("python_callable", python_callable), ("writer_callable", writer_callable)):
-            if func is not None and not callable(func):
-                raise InvalidOutputSpec(f"{name} must be callable, got {type(func).__name__}")
         self.python_callable = python_callable
         self.writer_callable = writer_callable
         self.op_args = list(op_args or [])
@@ -251,6 +305,10 @@ class CommitWriteOperator(CommitBaseOperator):
         self.max_rows_per_file = max_rows_per_file
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        with fail_fast_on_deterministic_errors():
+            return self._write(context)
+
+    def _write(self, context: Mapping[str, Any]) -> dict[str, Any]:
         ti = context["ti"]
         task = max(ti.map_index if ti.map_index is not None else -1, 0)
         attempt = ti.try_number
@@ -305,8 +363,9 @@ def _save_state(context: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
         logging.getLogger(__name__).warning("could not save the commit outcome in the task state store: %s", exc)
 
 
-class CommitJobOperator(CommitBaseOperator):
-    """Job commit: idempotent and resumable; returns the commit summary (files, rows, bytes, attempts, timings).
+class CommitJobOperator(CommitLineageMixin, CommitBaseOperator):
+    """Job commit: idempotent and resumable; returns the commit summary, a
+    :class:`~.summary.CommitSummary` as its XCom dict (rows, files, bytes, partitions, recovered tasks, timings).
 
     The expected tasks are *expected_tasks* when given, otherwise the number of task instances of *write_task_id*
     in this DAG run (a mapped write expanded to zero tasks commits an empty output).
@@ -333,27 +392,25 @@ class CommitJobOperator(CommitBaseOperator):
         return count_write_tasks(states.get(context["run_id"], {}), self.write_task_id)
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        with fail_fast_on_deterministic_errors():
+            return self._commit(context)
+
+    def _commit(self, context: Mapping[str, Any]) -> dict[str, Any]:
         committer = self.committer(context)
         expected = self._expected(context)
         # the records' deletion is left to the teardown, which runs next anyway: downstream tasks do not wait for it
         manifest = committer.commit_job(expected, defer_cleanup=True)
-        summary = summarize(manifest)
+        summary = CommitSummary.from_manifest(manifest)
+        self._committed = (manifest, summary, committer.store)   # what the OpenLineage facets report (lineage.py)
         self.log.info("job %s committed: %s files, %s rows, %s bytes in %s tasks (application attempt %s); "
                       "stages: %s", manifest["job_id"], *(manifest["totals"][k] for k in ("files", "rows", "bytes",
                                                                                          "tasks")),
                       manifest["app_attempt"], manifest["durations"])
-        for warning in manifest["diagnostics"]["warnings"]:
+        for warning in summary.warnings:
             self.log.warning(warning)
-        self._emit_asset_events(context, manifest)
-        return summary
-
-    def _emit_asset_events(self, context: Mapping[str, Any], manifest: Mapping[str, Any]) -> None:
-        """Attach the commit summary to the asset events of this task's outlets (emitted on success only)."""
-        extra = {"job_id": manifest["job_id"], "job_uuid": manifest["job_uuid"],
-                 "app_attempt": manifest["app_attempt"], "generation": manifest["generation"],
-                 "output": manifest["output"], **{k: manifest["totals"][k] for k in ("files", "rows", "bytes")}}
-        for outlet in self.outlets or []:
-            context["outlet_events"][outlet].extra = extra
+        for outlet in self.outlets or []:   # the asset events are emitted on success only: once data is committed
+            context["outlet_events"][outlet].extra = summary.asset_extra()
+        return summary.to_xcom()
 
 
 def count_write_tasks(states: Mapping[str, Any], task_id: str) -> int:
@@ -364,14 +421,6 @@ def count_write_tasks(states: Mapping[str, Any], task_id: str) -> int:
         return len(mapped)
     state = states.get(task_id)
     return 0 if state in (None, "skipped", "removed") else 1
-
-
-def summarize(manifest: Mapping[str, Any], max_files: int = 1000) -> dict[str, Any]:
-    """The commit summary published as XCom: the manifest with at most *max_files* file entries."""
-    summary = {k: v for k, v in manifest.items() if k not in ("files",)}
-    summary["files"] = manifest["files"][:max_files]
-    summary["files_truncated"] = len(manifest["files"]) > max_files
-    return summary
 
 
 class CommitAbortOperator(CommitBaseOperator):
@@ -410,6 +459,10 @@ class CommitAbortOperator(CommitBaseOperator):
         return states.get(context["run_id"], {}).get(self.commit_task_id) == "success"
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        with fail_fast_on_deterministic_errors():
+            return self._abort(context)
+
+    def _abort(self, context: Mapping[str, Any]) -> dict[str, Any]:
         if self._commit_task_succeeded(context):
             result = {"job_id": self.job_id(context), "state": "committed", "aborted": False,
                       "reason": f"{self.commit_task_id} succeeded in this run"}
@@ -418,6 +471,27 @@ class CommitAbortOperator(CommitBaseOperator):
                 result["trash_removed"] = committer.remove_trash()
             self.log.info("abort of job %s: nothing to do, %s", result["job_id"], result["reason"])
             return result
-        result = self.committer(context).abort_job(keep_committed=not self.purge)
+        committer = self.committer(context)
+        result = committer.abort_job(keep_committed=not self.purge)
         self.log.info("abort of job %s: %s", result["job_id"], result)
+        if result.get("aborted") and not self.purge:
+            result["hint"] = leftover_hint(committer, self.conn_id, self.target, result["kept_committed_tasks"])
+            self.log.warning("%s", result["hint"])
         return result
+
+
+def leftover_hint(committer: FileOutputCommitter, conn_id: str | None, target: Any, kept: Sequence[int]) -> str:
+    """What a failed run's teardown leaves under ``_temporary/<job>`` (kept for a clear of the run), and the one
+    call that removes it when the run will not be cleared (Hadoop's abortJob: the target as before the job)."""
+    where = committer.store.url(committer.layout.job_dir)
+    remove = (f"python -c \"from airflow_commit_provider.hooks.storage import CommitStorageHook; "
+              f"from airflow_commit_provider.protocol import make_committer; "
+              f"make_committer(CommitStorageHook({conn_id!r}).get_store({str(target)!r}), {committer.job_id!r}, "
+              f"algorithm={committer.algorithm!r}).abort_job()\"")
+    if kept:
+        return (f"kept {len(kept)} committed task(s) ({', '.join(map(str, kept))}) of job {committer.job_id} hidden "
+                f"under {where}: clear this DAG run to recover them (their code is not called again). If the run "
+                f"will not be cleared, remove them and the job's records with: {remove}")
+    return (f"nothing of job {committer.job_id} was committed; its records stay under {where} so that a clear of "
+            f"this DAG run continues the job. If the run will not be cleared, remove them with: {remove} "
+            f"(purge_on_failure=True on the stage removes them at every failure)")

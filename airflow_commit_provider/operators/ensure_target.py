@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 from airflow.sdk import BaseOperator
 
 from ..hooks.storage import CommitStorageHook
+from .failures import fail_fast_on_deterministic_errors
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,7 @@ class EnsureTargetOperator(BaseOperator):
         self.conn_id = conn_id
 
     def execute(self, context: Mapping[str, Any]) -> str:
-        ensured = ensure_target(self.target, self.conn_id)
+        with fail_fast_on_deterministic_errors():   # a file where the target should be stays a file: no retry
+            ensured = ensure_target(self.target, self.conn_id)
         self.log.info("target %s %s", ensured.url, "was missing: created it" if ensured.created else "exists")
         return ensured.url

@@ -1,4 +1,9 @@
-"""One call that builds a whole write stage: ``setup >> write(s) >> commit``, with abort as the teardown."""
+"""One call that builds a whole write stage: ``setup >> write(s) >> commit``, with abort as the teardown.
+
+:func:`commit_stage` and the TaskFlow decorator ``@task.commit_stage`` (``decorators/commit_stage.py``) build the
+same TaskGroup through :func:`build_stage`; they differ only in how the write task is made (a
+``CommitWriteOperator``, or the decorated function as a TaskFlow task).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from .commit import (
     CommitSetupOperator,
     CommitWriteOperator,
     check_commit_args,
+    check_user_callables,
 )
 from .ensure_target import EnsureTargetOperator
 
@@ -24,13 +30,15 @@ def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., A
                  partition_by: Collection[str] | str = (), commit_threads: int | None = None,
                  ensure_target: bool = False, purge_on_failure: bool = False, write_retries: int | None = None,
                  write_kwargs: Mapping[str, Any] | None = None, outlets: Sequence[Any] = (),
-                 durable: bool = True) -> TaskGroup:
+                 durable: bool = True, job_key: str | None = None) -> TaskGroup:
     """Build the stage as a TaskGroup named *group_id* (which is also the job name).
 
     With *expand_op_kwargs* (a list of dicts, or an XComArg resolving to one) the write is mapped: one task per
     element, task number = map index. ``ensure_target=True`` puts an :class:`EnsureTargetOperator` first.
     *outlets* go on the commit task, so an asset event is emitted only when the data is committed.
-    ``durable=False`` fsyncs nothing on a local disk (a scratch target a power cut may lose).
+    ``durable=False`` fsyncs nothing on a local disk (a scratch target a power cut may lose). *job_key*
+    (templated) names the job across runs: default the run id; ``"{{ data_interval_start }}"`` makes every run of
+    one data interval the same job, so a second run replaces the first's files instead of adding them again.
 
     Example::
 
@@ -39,26 +47,68 @@ def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., A
                                  expand_op_kwargs=[{"day": d} for d in days], mode="dynamic",
                                  partition_by=["day"])
     """
-    # the shared parameters, validated once here (a bad one names commit_stage), given to every operator as they are
-    common = check_commit_args({"target": target, "conn_id": conn_id, "algorithm": algorithm, "mode": mode,
-                                "partition_by": partition_by, "commit_threads": commit_threads, "job_name": group_id,
-                                "durable": durable},
-                               f"commit_stage({group_id!r})")
-    with TaskGroup(group_id) as group:
-        setup = CommitSetupOperator(task_id="setup", **common)
-        if ensure_target:
-            EnsureTargetOperator(task_id="ensure_target", target=target, conn_id=conn_id) >> setup
-        write_args = {"python_callable": python_callable, "writer_callable": writer_callable, **common,
-                      **(write_kwargs or {})}
-        if write_retries is not None:
-            write_args["retries"] = write_retries
+    owner = f"commit_stage({group_id!r})"
+    check_user_callables(python_callable, writer_callable, owner)
+    stage = StageArgs.checked(owner, target=target, conn_id=conn_id, algorithm=algorithm, mode=mode,
+                              partition_by=partition_by, commit_threads=commit_threads, durable=durable,
+                              job_key=job_key, ensure_target=ensure_target, purge_on_failure=purge_on_failure,
+                              write_retries=write_retries, write_kwargs=write_kwargs, outlets=outlets)
+
+    def write(args: dict[str, Any]) -> Any:
+        args = {"python_callable": python_callable, "writer_callable": writer_callable, **args}
         if expand_op_kwargs is not None:
-            write = CommitWriteOperator.partial(task_id="write", **write_args).expand(op_kwargs=expand_op_kwargs)
-        else:
-            write = CommitWriteOperator(task_id="write", op_kwargs=op_kwargs, **write_args)
-        commit = CommitJobOperator(task_id="commit", write_task_id=f"{group_id}.write", trigger_rule="none_failed",
-                                   outlets=list(outlets), **common)
-        abort = CommitAbortOperator(task_id="abort", purge=purge_on_failure, commit_task_id=commit.task_id,
-                                    **common)
-        setup >> write >> commit >> abort.as_teardown(setups=setup)
+            return CommitWriteOperator.partial(task_id="write", **args).expand(op_kwargs=expand_op_kwargs)
+        return CommitWriteOperator(task_id="write", op_kwargs=op_kwargs, **args)
+
+    group, _ = build_stage(group_id, stage, write)
     return group
+
+
+class StageArgs:
+    """A stage's parameters, validated once (a bad one names *owner*: ``commit_stage('x')``, the decorator), as
+    ``build_stage`` hands them to the operators."""
+
+    def __init__(self, common: dict[str, Any], ensure_target: bool, purge_on_failure: bool,
+                 write_retries: int | None, write_kwargs: Mapping[str, Any] | None, outlets: Sequence[Any]) -> None:
+        self.common = common
+        self.ensure_target = ensure_target
+        self.purge_on_failure = purge_on_failure
+        self.write_retries = write_retries
+        self.write_kwargs = dict(write_kwargs or {})
+        self.outlets = list(outlets)
+
+    @classmethod
+    def checked(cls, owner: str, *, target: Any, ensure_target: bool = False, purge_on_failure: bool = False,
+                write_retries: int | None = None, write_kwargs: Mapping[str, Any] | None = None,
+                outlets: Sequence[Any] = (), **shared: Any) -> StageArgs:
+        common = check_commit_args({"target": target, **shared}, owner)
+        return cls(common, ensure_target, purge_on_failure, write_retries, write_kwargs, outlets)
+
+    def write_args(self) -> dict[str, Any]:
+        """What the write task gets besides its callable and its arguments."""
+        args = {**self.common, **self.write_kwargs}
+        if self.write_retries is not None:
+            args["retries"] = self.write_retries
+        return args
+
+
+def build_stage(group_id: str, stage: StageArgs, write: Callable[[dict[str, Any]], Any], *,
+                add_suffix_on_collision: bool = False) -> tuple[TaskGroup, CommitJobOperator]:
+    """The stage's TaskGroup and its commit task. *write* builds the write task(s) inside the group from the
+    write arguments (``StageArgs.write_args`` plus ``job_name``) and returns the task, its mapped form or its
+    XComArg. The job name is the group's own id (with ``__1``... when *add_suffix_on_collision* renamed it)."""
+    with TaskGroup(group_id, add_suffix_on_collision=add_suffix_on_collision) as group:
+        common = {**stage.common, "job_name": group.label}
+        setup = CommitSetupOperator(task_id="setup", **common)
+        if stage.ensure_target:
+            EnsureTargetOperator(task_id="ensure_target", target=common["target"],
+                                 conn_id=common["conn_id"]) >> setup
+        written = write({**stage.write_args(), "job_name": group.label})
+        write_task = getattr(written, "operator", written)   # a TaskFlow write returns its XComArg
+        # the write's full task id (a stage inside another TaskGroup is prefixed by the outer group's id too)
+        commit = CommitJobOperator(task_id="commit", write_task_id=write_task.task_id, trigger_rule="none_failed",
+                                   outlets=stage.outlets, **common)
+        abort = CommitAbortOperator(task_id="abort", purge=stage.purge_on_failure, commit_task_id=commit.task_id,
+                                    **common)
+        setup >> write_task >> commit >> abort.as_teardown(setups=setup)
+    return group, commit

@@ -168,3 +168,15 @@ def test_example_overwrite_dag_retries_its_spark_like_writer(dags):
     with open(calls_log) as fh:
         tries = [line.split()[3] for line in fh if line.split()[1] == "insert_overwrite_report"]
     assert tries == ["1", "2"]
+
+
+def test_a_file_where_the_target_should_be_fails_the_task_without_retry(tmp_path):
+    """The same file is there on every try: the operator fails at once (AirflowFailException), same message."""
+    from airflow_commit_provider.operators.ensure_target import EnsureTargetOperator
+    from airflow_commit_provider.operators.failures import AirflowFailException
+
+    (tmp_path / "file").write_text("x")
+    operator = EnsureTargetOperator(task_id="ensure", target=str(tmp_path / "file"))
+    with pytest.raises(AirflowFailException, match="InvalidOutputSpec: .*is a file") as raised:
+        operator.execute({})
+    assert isinstance(raised.value.__cause__, InvalidOutputSpec)

@@ -154,7 +154,7 @@ def test_shared_parameters_are_normalised_and_templated():
         assert isinstance(op, CommitBaseOperator)
         assert (op.algorithm, op.mode, op.partition_by) == (2, "dynamic", ["day"])
         assert tuple(op.template_fields[:3]) == ("target", "conn_id", "job_name")
-    assert tuple(mapped.template_fields) == ("target", "conn_id", "job_name", "op_args", "op_kwargs")
+    assert tuple(mapped.template_fields) == ("target", "conn_id", "job_name", "job_key", "op_args", "op_kwargs")
     with pytest.raises(TypeError, match="only be called on Operator classes"):
         ops[1].partial(task_id="again")
 
@@ -297,3 +297,31 @@ def test_a_setup_context_without_what_the_committer_needs_is_refused():
         SetupContext.from_xcom({SETUP_MARKER: True, "job_id": "j"})
     with pytest.raises(InvalidSetupContext, match="expected a dict, got list"):
         SetupContext.from_xcom([MAIN_SHAPE])
+
+
+def test_a_failed_runs_teardown_says_how_to_remove_what_it_kept(tmp_path):
+    """Nothing committed: the teardown keeps the job's records for a clear of the run, and says how to remove
+    them when the run will not be cleared; the command it gives works."""
+    import shlex
+    import subprocess
+
+    from airflow_commit_provider.protocol import make_committer
+
+    from ..conftest import REPO
+
+    root = str(tmp_path / "events")
+    with _dag("opbase_leftovers") as dag:
+        abort = CommitAbortOperator(task_id="abort", target=root, job_name="stage")
+    job_id = abort.job_id({"dag": dag, "run_id": "r1"})
+    committer = make_committer(root, job_id)
+    committer.setup_job()
+    committer.setup_task(0, 1)   # a try that died before its commit
+    result = abort.execute({"dag": dag, "run_id": "r1"})
+    assert result["aborted"] and result["kept_committed_tasks"] == []
+    hint = result["hint"]
+    assert hint.startswith(f"nothing of job {job_id} was committed; its records stay under ") and "clear" in hint
+    assert (tmp_path / "events" / "_temporary" / job_id).is_dir()
+    python, flag, code = shlex.split(hint[hint.index("with: ") + len("with: "):hint.index(" (purge_on_failure")])
+    assert (python, flag) == ("python", "-c")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
+    assert not (tmp_path / "events" / "_temporary").exists(), "the command removed the job's records"

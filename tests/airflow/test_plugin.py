@@ -104,3 +104,23 @@ def test_running_stage_refreshes_itself(monkeypatch):
     page = plugin.render("d", "r", [state], None, None, 0.01)
     assert "data-live='1'" in page and "fragment" in page
     assert plugin.render("d", "r", [state], None, None, 0.01, fragment=True).startswith("<div id='content'")
+
+
+def test_the_plugin_is_registered_once_when_providers_load_eagerly():
+    """Registered through the ``airflow.plugins`` entry point only: listed in the provider info as well, it was
+    loaded twice wherever Airflow discovers providers eagerly, which logged "Plugin 'commit_status' already
+    registered, skipping" and reported it as a plugin import error."""
+    import os
+    import subprocess
+    import sys
+
+    from ..conftest import REPO
+
+    code = ("from airflow import plugins_manager\n"
+            "plugins, errors = plugins_manager._get_plugins()\n"
+            "print('LOADED', [p.name for p in plugins].count('commit_status'), 'ERRORS', sorted(errors))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "False"})
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("LOADED")), proc.stdout + proc.stderr[-2000:])
+    assert line.startswith("LOADED 1 ERRORS") and "commit_status" not in line, line
+    assert "'commit_status' already registered" not in proc.stdout + proc.stderr

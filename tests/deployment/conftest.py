@@ -167,6 +167,10 @@ class Deployment:
         assert resp.status_code == 200, resp.text
         return json.dumps(resp.json())
 
+    def openlineage_events(self) -> list[dict]:
+        """Every OpenLineage event the deployment's components emitted (the file transport: one file each)."""
+        return [json.loads(p.read_text()) for p in sorted((HOME / "openlineage").iterdir())]
+
     def clear(self, dag_id: str, run_id: str, only_failed: bool) -> None:
         self.api("POST", f"/dags/{dag_id}/clearTaskInstances",
                  json={"dag_run_id": run_id, "only_failed": only_failed, "dry_run": False, "reset_dag_runs": True})
@@ -177,6 +181,7 @@ def deployment():
     for d in (HOME, ROOT, WORK):
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
+    (HOME / "openlineage").mkdir()
     port = free_port()
     env = {**os.environ,
            "AIRFLOW_HOME": str(HOME),
@@ -192,6 +197,9 @@ def deployment():
            "AIRFLOW__API__SECRET_KEY": "commit-provider-tests-only-" + os.urandom(8).hex(),
            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+           # OpenLineage's file transport: one file per event (safe across the workers' processes)
+           "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "append": False,
+                                                          "log_file_path": str(HOME / "openlineage" / "event")}),
            "COMMIT_TEST_ROOT": str(ROOT),
            "COMMIT_TEST_WORK": str(WORK)}
     env.pop("COMMIT_PROVIDER_FAULTS", None)

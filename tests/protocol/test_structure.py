@@ -97,3 +97,13 @@ def test_the_readme_layout_is_the_code_layout(tmp_path):
                                          else "") for p in named}
     assert documented == expected, (f"README lists {sorted(documented - expected)} that JobLayout does not name; "
                                     f"JobLayout names {sorted(expected - documented)} that the README does not list")
+
+
+def test_the_readme_names_the_dags_the_demo_runs():
+    """The demo's paragraph in the README names the example DAGs ``example_runner.DEMO_DAGS`` runs, in order."""
+    from airflow_commit_provider.example_runner import DEMO_DAGS
+
+    text = " ".join((REPO / "README.md").read_text().split())
+    sentence = text[text.index("`python -m airflow_commit_provider.demo` runs `example_"):]
+    sentence = sentence[:sentence.index("with `dag.test()`")]
+    assert re.findall(r"`(example_\w+)\.py`", sentence) == [name for name, _, _ in DEMO_DAGS]

@@ -1,0 +1,98 @@
+"""OpenLineage output facets of the commit task: what a committed job published, as lineage tools read it.
+
+Airflow's OpenLineage provider (``apache-airflow-providers-openlineage``, optional) calls these methods after
+the task ran, in the task's process; nothing here is imported unless it does, so without the provider the
+package imports nothing of OpenLineage. The output dataset follows the OpenLineage naming spec: a local target is
+namespace ``file`` and its absolute path; an object store target ``s3://bucket`` (``gs://``, ...) and the key
+prefix. Its facets: ``outputStatistics`` (rows, bytes and files this job published), ``schema`` (read from the
+footer of one written Parquet file, plus the partition columns, which live in directory names), and
+``lifecycleStateChange`` ``OVERWRITE`` for ``overwrite`` and ``dynamic`` mode. A failed commit reports no output:
+nothing was published.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+#: Object stores whose namespace is the bucket (OpenLineage naming spec), the name the key prefix.
+_BUCKET_SCHEMES = ("s3", "s3a", "gs", "gcs", "abfs", "abfss", "wasbs")
+
+
+def dataset_name(url: str) -> tuple[str, str]:
+    """OpenLineage ``(namespace, name)`` of an output root URL (a store's :meth:`url`) or local path."""
+    if "://" not in url or url.startswith("file://"):
+        return "file", "/" + url.removeprefix("file://").lstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme in _BUCKET_SCHEMES:
+        return f"{parts.scheme}://{parts.netloc}", parts.path.strip("/") or "/"
+    return f"{parts.scheme}://{parts.netloc}", parts.path or "/"
+
+
+class CommitLineageMixin:
+    """``get_openlineage_facets_on_complete`` / ``_on_failure`` for :class:`~.commit.CommitJobOperator`, from
+    what its ``execute`` committed (``self._committed``: the manifest, its summary and the target's store)."""
+
+    _committed: tuple[dict[str, Any], Any, Any] | None = None
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        from airflow.providers.common.compat.openlineage.facet import (
+            LifecycleStateChange,
+            LifecycleStateChangeDatasetFacet,
+            OutputDataset,
+            OutputStatisticsOutputDatasetFacet,
+        )
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        if self._committed is None:
+            return OperatorLineage()
+        manifest, summary, store = self._committed
+        namespace, name = dataset_name(summary.target)
+        facets: dict[str, Any] = {}
+        schema = self._schema_facet(manifest, store)
+        if schema is not None:
+            facets["schema"] = schema
+        if summary.mode in ("overwrite", "dynamic"):
+            facets["lifecycleStateChange"] = LifecycleStateChangeDatasetFacet(
+                lifecycleStateChange=LifecycleStateChange.OVERWRITE)
+        stats = OutputStatisticsOutputDatasetFacet(rowCount=summary.rows, size=summary.bytes,
+                                                   fileCount=summary.files)
+        return OperatorLineage(outputs=[OutputDataset(namespace=namespace, name=name, facets=facets,
+                                                      outputFacets={"outputStatistics": stats})])
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """Nothing was published (a job commit either completes or is resumed by the retry): no output."""
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        return OperatorLineage()
+
+    def _schema_facet(self, manifest: dict[str, Any], store: Any) -> Any:
+        """The columns of the written Parquet files (one footer read) and the partition columns; ``None`` when
+        the job wrote no Parquet file or the footer cannot be read (lineage never fails the task)."""
+        from airflow.providers.common.compat.openlineage.facet import SchemaDatasetFacet, SchemaDatasetFacetFields
+
+        parquet = [f["path"] for f in manifest["files"] if f["path"].endswith(".parquet")]
+        if not parquet:
+            return None
+        try:
+            schema = _read_parquet_schema(store, parquet[0])
+        except Exception as exc:
+            self.log.warning("OpenLineage: no schema facet, the footer of %s is unreadable: %s",  # type: ignore
+                             parquet[0], exc)
+            return None
+        fields = [SchemaDatasetFacetFields(name=f.name, type=str(f.type)) for f in schema]
+        fields += [SchemaDatasetFacetFields(name=key, type="string", description="partition column (directory)")
+                   for key in manifest.get("partition_by", []) if key not in schema.names]
+        return SchemaDatasetFacet(fields=fields)
+
+
+def _read_parquet_schema(store: Any, rel: str) -> Any:
+    """The Arrow schema in the footer of the Parquet file *rel* of *store* (reads the footer only)."""
+    import pyarrow.parquet as pq
+
+    url = store.url(rel)
+    fs = getattr(store, "fs", None)
+    if fs is None:   # the local store: a plain path
+        return pq.read_schema(url.removeprefix("file://"))
+    with fs.open(url, "rb") as fh:
+        return pq.read_schema(fh)

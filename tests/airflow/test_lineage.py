@@ -1,0 +1,105 @@
+"""OpenLineage output facets of the commit task, through Airflow's OpenLineage provider and a real transport.
+
+The provider decides at import whether it is enabled (a transport configured), so each run is a process of its
+own: ``dag.test()`` of a stage whose first commit try dies after withdrawing the markers (an injected fault) and
+whose retry commits. The file transport writes every event the listener emits; the test reads them back: the
+failed try reports no output, the committed one the target with its statistics, schema and lifecycle change.
+A second process, with every OpenLineage module made unimportable, builds and imports everything of the package:
+the integration is optional and nothing of it is imported when it is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from airflow_commit_provider.operators.lineage import dataset_name
+from airflow_commit_provider.protocol import read_success_marker
+
+from ..conftest import DAGS_FOLDER, REPO, TEST_ROOT, TEST_WORK
+
+pytest.importorskip("airflow.providers.openlineage", reason="the optional openlineage extra is not installed")
+
+
+def test_dataset_names_follow_the_openlineage_naming_spec():
+    assert dataset_name("file:///data/events") == ("file", "/data/events")
+    assert dataset_name("/data/events") == ("file", "/data/events")
+    assert dataset_name("s3://lake/events/daily") == ("s3://lake", "events/daily")
+    assert dataset_name("s3://lake") == ("s3://lake", "/")
+    assert dataset_name("gs://lake/events") == ("gs://lake", "events")
+    assert dataset_name("memory:///scratch/x") == ("memory://", "/scratch/x")
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PYTHONPATH": str(REPO), **env})
+
+
+@pytest.mark.airflow
+def test_commit_reports_its_output_through_a_real_transport(airflow_db):
+    dag_id = "ct_overwrite_v1"
+    events_file = TEST_WORK / "openlineage.jsonl"
+    events_file.unlink(missing_ok=True)
+    target = TEST_ROOT / dag_id
+    proc = _run(f"""
+        import sys
+        sys.path.insert(0, {str(DAGS_FOLDER)!r})
+        import commit_test_dags
+        print("STATE", commit_test_dags.{dag_id}.test().state)
+        """, AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps({"type": "file", "log_file_path": str(events_file),
+                                                         "append": True}),
+        AIRFLOW__OPENLINEAGE__NAMESPACE="commit-tests", COMMIT_PROVIDER_FAULTS="commit_job.after_withdraw=raise")
+    assert "STATE success" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    manifest = read_success_marker(str(target), verify_files=True)
+
+    events = [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()]
+    commit = [e for e in events if e["job"]["name"] == f"{dag_id}.stage.commit"]
+    assert [e["eventType"] for e in commit] == ["START", "FAIL", "START", "COMPLETE"], [e["eventType"] for e in
+                                                                                        commit]
+    assert commit[1]["outputs"] == [], "a failed commit reports nothing as written"
+    [output] = commit[3]["outputs"]
+    assert (output["namespace"], output["name"]) == ("file", str(target))
+    stats = output["outputFacets"]["outputStatistics"]
+    assert (stats["rowCount"], stats["size"], stats["fileCount"]) == (
+        40, manifest["totals"]["bytes"], manifest["totals"]["files"])
+    fields = {f["name"]: f["type"] for f in output["facets"]["schema"]["fields"]}
+    assert fields == {"task": "int32", "row": "int32", "attempt": "int32", "day": "string"}
+    assert output["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "OVERWRITE"
+    writes = [e for e in events if e["job"]["name"].startswith(f"{dag_id}.stage.write")]
+    assert writes and all(e["outputs"] == [] for e in writes), "only the commit publishes"
+
+
+def test_nothing_of_openlineage_is_imported_when_it_is_absent():
+    proc = _run("""
+        import importlib.abc, sys
+
+        # the OpenLineage client and what of the provider the package could use (Airflow itself reads the
+        # provider's get_provider_info when it discovers providers: that one is Airflow's, not ours)
+        BLOCKED = ("openlineage", "airflow.providers.openlineage.extractors", "airflow.providers.openlineage.plugins",
+                   "airflow.providers.common.compat.openlineage")
+
+        class NoOpenLineage(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.startswith(BLOCKED):
+                    raise ImportError(f"{name} is not installed (test)")
+
+        sys.meta_path.insert(0, NoOpenLineage())
+        from datetime import datetime
+        from airflow.sdk import DAG
+        import airflow_commit_provider.operators.lineage
+        from airflow_commit_provider.decorators.commit_stage import commit_stage_task
+        from airflow_commit_provider.operators.stage import commit_stage
+        from airflow_commit_provider.sensors.success_marker import SuccessMarkerSensor
+        from airflow_commit_provider.triggers.success_marker import SuccessMarkerTrigger
+        from airflow_commit_provider.triggers.committed_output import CommittedOutputTrigger
+        with DAG("no_ol", schedule=None, start_date=datetime(2024, 1, 1)):
+            commit_stage("stage", target="/tmp/x", python_callable=print, expand_op_kwargs=[{}])
+        loaded = [m for m in sys.modules if m.startswith(BLOCKED)]
+        print("LOADED", loaded)
+        """)
+    assert "LOADED []" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-3000:]

@@ -1,0 +1,202 @@
+"""Airflow-native authoring: ``@task.commit_stage``, the typed commit summary, errors that fail fast, ``job_key``.
+
+- the decorator, registered through the provider info, builds the same TaskGroup as ``commit_stage``; mapped
+  with ``.partial().expand()`` over an upstream task, with a try that fails, it runs end to end in ``dag.test()``,
+  rows read back exactly once, and a downstream ``@task`` receives the summary; a writer function works unmapped,
+  inside another TaskGroup (whose commit must count the write tasks under their full id);
+- an ``@task`` function given as ``python_callable`` fails where the DAG is parsed, naming the fix;
+- a missing partition column fails each write once, without retry, while a transient error is retried;
+- two runs of one data interval with ``job_key="{{ data_interval_start }}"`` leave the interval's rows once in
+  ``append`` mode; without it (each run its own job) they are appended twice.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+import sys
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+
+import pyarrow as pa
+import pytest
+from airflow.sdk import DAG, task
+
+from airflow_commit_provider.decorators.commit_stage import commit_stage_task
+from airflow_commit_provider.operators.commit import CommitWriteOperator
+from airflow_commit_provider.operators.stage import commit_stage
+from airflow_commit_provider.operators.summary import CommitSummary
+from airflow_commit_provider.protocol import InvalidOutputSpec, read_success_marker
+
+from ..conftest import DAGS_FOLDER, TEST_ROOT, TEST_WORK
+from ..protocol import scenario as sc
+
+START = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def dags(airflow_db):
+    if str(DAGS_FOLDER) not in sys.path:
+        sys.path.insert(0, str(DAGS_FOLDER))
+    for path in list(TEST_WORK.iterdir()) + list(TEST_ROOT.iterdir()):
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return importlib.import_module("taskflow_test_dags")
+
+
+def calls(dag_id: str) -> Counter:
+    """(stage, shard) -> how many times the user callable ran."""
+    path = TEST_WORK / "calls.log"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return Counter((stage, int(shard)) for d, stage, shard, _ in map(str.split, lines) if d == dag_id)
+
+
+def states(dr) -> dict[str, tuple[str, int]]:
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return {f"{ti.task_id}[{ti.map_index}]": (ti.state, ti.try_number)
+                for ti in dr.get_task_instances(session=session)}
+
+
+def received_summary(dag_id: str, stage: str) -> dict:
+    return json.loads((TEST_WORK / f"summary-{dag_id}-{stage}.json").read_text())
+
+
+# ------------------------------------------------------------------------------------------- parse time, no DB
+def test_the_provider_registers_the_decorator():
+    from airflow.sdk import task as airflow_task
+
+    assert airflow_task.commit_stage is commit_stage_task
+
+
+def shape(group) -> dict:
+    """A TaskGroup as the Graph and Grid views draw it: children, their edges, setup/teardown, mapped or not."""
+    return {child.task_id.rsplit(".", 1)[1]: (sorted(t.rsplit(".", 1)[1] for t in child.upstream_task_ids),
+                                              child.is_setup, child.is_teardown, hasattr(child, "expand_input"),
+                                              getattr(child, "trigger_rule", None))
+            for child in group.children.values()}
+
+
+def load(shard: int, ti=None) -> pa.Table:
+    return pa.table({"shard": [shard]})
+
+
+def test_the_decorator_builds_the_same_task_group_as_commit_stage():
+    with DAG("tf_same_group", schedule=None, start_date=START) as dag:
+        commit_stage("load", target="/data/a", python_callable=load, expand_op_kwargs=[{"shard": 0}],
+                     ensure_target=True, mode="dynamic", partition_by="day")
+        commit_stage_task(target="/data/b", group_id="load_tf", ensure_target=True, mode="dynamic",
+                          partition_by="day")(load).expand(shard=[0])
+    classic, taskflow = dag.task_group.children["load"], dag.task_group.children["load_tf"]
+    assert shape(taskflow) == shape(classic)
+    assert set(shape(classic)) == {"ensure_target", "setup", "write", "commit", "abort"}
+    assert dag.task_dict["load_tf.write"].operator_name == "@task.commit_stage"
+    assert dag.task_dict["load_tf.commit"].job_name == "load_tf"
+
+
+def test_a_task_decorated_function_as_python_callable_fails_at_parse_time():
+    @task
+    def load_shard(shard: int) -> pa.Table:
+        return pa.table({"shard": [shard]})
+
+    why = ("python_callable=load_shard is an @task-decorated function, not a plain callable: calling it builds a "
+           "task instead of running your code. Decorate it with @task.commit_stage(target=..., ...) instead of "
+           "@task")
+    with DAG("tf_mistake", schedule=None, start_date=START) as dag:
+        with pytest.raises(InvalidOutputSpec, match=r"^commit_stage\('mapped'\): " + why.replace("(", r"\(")
+                           .replace(")", r"\)").replace(".", r"\.")):
+            commit_stage("mapped", target="/data/x", python_callable=load_shard,
+                         expand_op_kwargs=[{"shard": s} for s in range(4)])
+        with pytest.raises(InvalidOutputSpec, match="CommitWriteOperator.partial"):
+            CommitWriteOperator.partial(task_id="w", target="/data/x", python_callable=load_shard).expand(
+                op_kwargs=[{"shard": 0}])
+        with pytest.raises(InvalidOutputSpec, match="CommitWriteOperator\\(task_id='w2'\\): python_callable"):
+            CommitWriteOperator(task_id="w2", target="/data/x", python_callable=load_shard)
+        with pytest.raises(InvalidOutputSpec, match="writer_callable=load_shard is an @task-decorated"):
+            commit_stage("unmapped", target="/data/x", writer_callable=load_shard)
+        with pytest.raises(InvalidOutputSpec, match=r"@task.commit_stage: python_callable=load_shard is an @task"):
+            commit_stage_task(target="/data/x")(load_shard)
+    assert dag.task_ids == [], "nothing half-built"
+
+
+def test_the_decorator_checks_its_parameters_and_arguments_at_parse_time():
+    with DAG("tf_bad_args", schedule=None, start_date=START):
+        with pytest.raises(InvalidOutputSpec, match=r"@task.commit_stage on load\(\): mode='upsert'"):
+            commit_stage_task(target="/data/x", mode="upsert")(load)
+        with pytest.raises(InvalidOutputSpec, match="target is required"):
+            commit_stage_task(load)
+        stage = commit_stage_task(target="/data/x")(load)
+        with pytest.raises(TypeError, match="unexpected keyword argument 'shrd'"):
+            stage.expand(shrd=[1])
+        with pytest.raises(ValueError, match="cannot call partial\\(\\) on task context variable 'ti'"):
+            stage.partial(ti=1)
+        with pytest.raises(TypeError, match="got an unexpected keyword argument 'other'"):
+            stage(shard=1, other=2)
+
+
+# -------------------------------------------------------------------------------------------------- dag.test()
+@pytest.mark.airflow
+def test_decorated_stage_mapped_with_a_failing_try_runs_end_to_end(dags):
+    (TEST_WORK / "fail-tf_decorator-2-1").touch()   # shard 2's first try dies after writing half its rows
+    dr = dags.tf_decorator.test()
+    assert dr.state == "success", states(dr)
+    root = TEST_ROOT / "tf_decorator" / "load_shard"
+    rows = sc.read_rows(str(root))
+    assert sorted((r["shard"], r["row"]) for r in rows) == [(s, r) for s in range(4) for r in range(10)]
+    assert {r["shard"]: r["try"] for r in rows}[2] == 2 and {r["try"] for r in rows if r["shard"] != 2} == {1}
+    assert calls("tf_decorator") == {**{("load_shard", s): 1 for s in (0, 1, 3)}, ("load_shard", 2): 2,
+                                     ("export", 7): 1}
+    manifest = read_success_marker(str(root), verify_files=True)
+
+    summary = CommitSummary.from_xcom(received_summary("tf_decorator", "load_shard"))   # what `report` got
+    assert (summary.rows, summary.files, summary.bytes, summary.tasks) == (
+        40, manifest["totals"]["files"], manifest["totals"]["bytes"], 4)
+    assert summary.partitions == ["day=d0", "day=d1"] and summary.job_uuid == manifest["job_uuid"]
+    assert summary.tasks_recovered == [] and summary.failed_attempts == 1 and summary.mode == "dynamic"
+    assert summary.job_id.startswith("tf_decorator__manual__") and "__load_shard" in summary.job_id
+
+    export = CommitSummary.from_xcom(received_summary("tf_decorator", "export"))   # the writer function's stage
+    assert export.tasks == 1 and export.files == 2 and export.rows is None, "a CSV's rows are not counted"
+    assert {f["path"] for f in export.file_list} >= {"export-00007.csv"}
+    assert states(dr)["exports.export.commit[-1]"] == ("success", 1)
+
+
+@pytest.mark.airflow
+def test_deterministic_errors_fail_once_and_transient_ones_retry(dags, capfd):
+    dr = dags.tf_fail_fast.test()
+    assert dr.state == "failed"
+    st = states(dr)
+    for shard in (0, 1):
+        assert st[f"missing_column.write[{shard}]"] == ("failed", 1), "no retry of a deterministic error"
+        assert st[f"flaky.write[{shard}]"] == ("success", 2), "a transient error is retried"
+    assert calls("tf_fail_fast") == {("missing_column", 0): 1, ("missing_column", 1): 1, ("flaky", 0): 2,
+                                     ("flaky", 1): 2}
+    log = capfd.readouterr()
+    assert ("AirflowFailException: InvalidOutputSpec: partition column(s) ['region'] are not in the data"
+            in log.out + log.err)
+    assert sc.read_rows(str(TEST_ROOT / "tf_fail_fast" / "missing_column")) == []
+
+
+@pytest.mark.airflow
+def test_job_key_makes_two_runs_of_one_interval_one_job(dags):
+    """``dag.test`` with one logical date and two ``run_after`` values: two DAG runs (two run ids) of one data
+    interval, as a manual re-run of a day is."""
+    day = datetime(2024, 3, 1, tzinfo=timezone.utc)
+    first = dags.tf_job_key.test(logical_date=day, run_after=day + timedelta(hours=1))
+    second = dags.tf_job_key.test(logical_date=day, run_after=day + timedelta(hours=2))
+    assert first.state == second.state == "success" and first.run_id != second.run_id
+    assert calls("tf_job_key") == {(stage, s): 2 for stage in ("per_interval", "per_run") for s in (0, 1)}
+
+    keyed = str(TEST_ROOT / "tf_job_key" / "per_interval")
+    rows = sc.read_rows(keyed)
+    assert sorted((r["shard"], r["row"]) for r in rows) == [(s, r) for s in (0, 1) for r in range(10)]
+    assert {r["day"] for r in rows} == {"2024-03-01"}
+    manifest = read_success_marker(keyed, verify_files=True)
+    assert manifest["generation"] == 1 and manifest["replaced_generation"] is not None
+    assert manifest["job_id"].startswith("tf_job_key__2024-03-01_00_00_00_00_00__per_interval")
+    assert manifest["labels"]["job_key"] == "2024-03-01 00:00:00+00:00"
+
+    per_run = sc.read_rows(str(TEST_ROOT / "tf_job_key" / "per_run"))
+    assert len(per_run) == 40 and Counter((r["shard"], r["row"]) for r in per_run) == {
+        (s, r): 2 for s in (0, 1) for r in range(10)}, "without job_key, each run is a job of its own"
