@@ -55,8 +55,8 @@ def _s3_endpoint(conn_id: str | None) -> str | None:
             endpoint = (extra.get("endpoint_url") or (extra.get("service_config") or {}).get("s3", {})
                         .get("endpoint_url") or endpoint)
         except Exception as exc:  # unknown connection here: do not send the user to a console that may be wrong
-            log.info("Commit target link: connection %r not readable (%s); linking the commit-status target view", conn_id,
-                     exc)
+            log.info("Commit target link: connection %r not readable (%s); linking the commit-status target view",
+                     conn_id, exc)
             return "unknown"
     if endpoint and not (urlparse(endpoint).hostname or "").endswith(".amazonaws.com"):
         return endpoint

@@ -124,9 +124,9 @@ os.environ.update(AIRFLOW_HOME=home, AIRFLOW__CORE__LOAD_EXAMPLES="False",
 from airflow.api_fastapi.app import create_app
 from fastapi.testclient import TestClient
 client = TestClient(create_app())
-out = {p: client.get(p).status_code for p in ("/commit-status/docs", "/commit-status/redoc",
-       "/commit-status/openapi.json", "/commit-status/dags/d/runs/r?task_id=t&map_index={MAP_INDEX}",
-       "/commit-status/api/dags/d/runs/r")}
+out = {p: client.get(p).status_code for p in ("/commit-status/openapi.json", "/commit-status/static/commit-status.js",
+       "/commit-status/api/dags/d/runs/r", "/commit-status/api/dags/d/runs/r/version",
+       "/commit-status/api/dags/d/runs/r/stages/s.setup/tasks")}
 print(json.dumps(out))
 """
 

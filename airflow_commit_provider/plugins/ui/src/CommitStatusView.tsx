@@ -6,7 +6,7 @@ import { useEffect, useState } from "react";
 import { getJson, type Page, runPath, type Stage, type TaskRow } from "./api";
 import { FilesTable } from "./components/FilesTable";
 import { Help } from "./components/Help";
-import { StageHeader, StageSummary } from "./components/StageSummary";
+import { StageFacts, StageHeader, StageSummary } from "./components/StageSummary";
 import { TaskHeader, TaskRowCells, TaskTable } from "./components/TaskTable";
 import { useTimeZone, zoneAbbreviation } from "./time";
 import { useRunStatus } from "./useRunStatus";
@@ -122,6 +122,7 @@ export const CommitStatusView = ({ dagId, runId, taskId, mapIndex }: CommitStatu
                   {stage.tasks_total ? (
                     <TaskTable dagId={dagId} mine={mine} runId={runId} stage={stage} version={status.version} />
                   ) : undefined}
+                  <StageFacts stage={stage} zone={zone} />
                 </>
               ) : (
                 <>

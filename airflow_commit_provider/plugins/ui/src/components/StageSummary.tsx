@@ -24,7 +24,8 @@ export const StageHeader = ({ stage }: { readonly stage: Stage }) => (
   </HStack>
 );
 
-export const StageSummary = ({ stage, zone }: { readonly stage: Stage; readonly zone: string }) => {
+/** Where and how the stage writes: after the task table, in a compact grid. */
+export const StageFacts = ({ stage, zone }: { readonly stage: Stage; readonly zone: string }) => {
   const facts: [string, string | number | null, string?][] = [
     ["target", stage.target],
     ["job id", stage.job_id],
@@ -35,6 +36,20 @@ export const StageSummary = ({ stage, zone }: { readonly stage: Stage; readonly 
     ["mode", stage.mode],
     ["committed at", stage.state === "committed" ? formatTime(stage.finished, zone) : null],
   ];
+  return (
+    <DataList.Root data-testid="facts" display="grid" gap="3" gridTemplateColumns="repeat(4, minmax(0, 1fr))"
+      orientation="vertical" size="sm">
+      {facts.filter(([, v]) => v !== null && v !== undefined && v !== "").map(([label, value, help]) => (
+        <DataList.Item gridColumn={label === "target" ? "span 2" : undefined} key={label}>
+          <DataList.ItemLabel title={help}>{label}</DataList.ItemLabel>
+          <DataList.ItemValue data-field={label.replaceAll(" ", "_")} wordBreak="break-all">{value}</DataList.ItemValue>
+        </DataList.Item>
+      ))}
+    </DataList.Root>
+  );
+};
+
+export const StageSummary = ({ stage, zone }: { readonly stage: Stage; readonly zone: string }) => {
   const live = stage.state === "running" || stage.state === "committing";
   const pct = stage.tasks_total ? Math.round((100 * stage.tasks_done) / stage.tasks_total) : 0;
   return (
@@ -108,14 +123,6 @@ export const StageSummary = ({ stage, zone }: { readonly stage: Stage; readonly 
           <Timeline stages={stage.timeline} total={stage.total_seconds} />
         </Box>
       ) : undefined}
-      <DataList.Root data-testid="facts" orientation="horizontal" size="sm">
-        {facts.filter(([, v]) => v !== null && v !== undefined && v !== "").map(([label, value, help]) => (
-          <DataList.Item key={label}>
-            <DataList.ItemLabel minW="40" title={help}>{label}</DataList.ItemLabel>
-            <DataList.ItemValue data-field={label.replaceAll(" ", "_")} wordBreak="break-all">{value}</DataList.ItemValue>
-          </DataList.Item>
-        ))}
-      </DataList.Root>
     </Box>
   );
 };
