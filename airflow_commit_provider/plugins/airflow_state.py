@@ -76,16 +76,18 @@ def run_snapshot(dag_id: str, run_id: str) -> RunSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class Fingerprint:
-    """What changes whenever the run, one of its task instances or one of its unmapped XComs changes."""
+    """What changes whenever the run, one of its task instances or one of its unmapped XComs changes state; not
+    what changes all the time (a running task's heartbeat, the scheduler's loop over the run: both bump the rows'
+    ``updated_at``)."""
 
     run: tuple[str, ...] | None
-    task_instances: tuple[str, ...]
+    task_instances: tuple[tuple[str, ...], ...]
     xcoms: tuple[str, ...]
 
 
 def run_fingerprint(dag_id: str, run_id: str) -> Fingerprint:
-    """The run's :class:`Fingerprint`: counts and the latest update times, by aggregate queries (no row is
-    loaded, however many tasks the run has)."""
+    """The run's :class:`Fingerprint`: per task state, how many, their tries and latest start and end, by
+    aggregate queries (no row is loaded, however many tasks the run has)."""
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance as TI
     from airflow.models.xcom import XComModel
@@ -93,14 +95,16 @@ def run_fingerprint(dag_id: str, run_id: str) -> Fingerprint:
     from sqlalchemy import func
 
     with create_session() as session:
-        run = session.query(DagRun.state, DagRun.updated_at).filter(DagRun.dag_id == dag_id,
-                                                                    DagRun.run_id == run_id).first()
-        tis = session.query(func.count(), func.max(TI.updated_at), func.sum(TI.try_number)).filter(
-            TI.dag_id == dag_id, TI.run_id == run_id).one()
+        run = session.query(DagRun.state, DagRun.start_date, DagRun.end_date, DagRun.clear_number).filter(
+            DagRun.dag_id == dag_id, DagRun.run_id == run_id).first()
+        tis = session.query(TI.state, func.count(), func.sum(TI.try_number), func.max(TI.start_date),
+                            func.max(TI.end_date)).filter(TI.dag_id == dag_id, TI.run_id == run_id).group_by(
+            TI.state).all()
         xcoms = session.query(func.count(), func.max(XComModel.timestamp)).filter(
             XComModel.dag_id == dag_id, XComModel.run_id == run_id, XComModel.key == "return_value",
             XComModel.map_index == -1).one()
-    return Fingerprint(tuple(map(str, run)) if run else None, tuple(map(str, tis)), tuple(map(str, xcoms)))
+    return Fingerprint(tuple(map(str, run)) if run else None, tuple(sorted(tuple(map(str, r)) for r in tis)),
+                       tuple(map(str, xcoms)))
 
 
 def setup_task_ids(dag_id: str, run_id: str) -> list[str]:

@@ -308,7 +308,7 @@ def next_steps(job: Mapping[str, Any], rows: Sequence[TaskRow], commit_ti: TaskI
                          f"{'it' if len(failed) == 1 else 'them'} in application attempt {app}{keep}; once the "
                          f"teardown has run, clear the whole run instead (committed tasks are recovered).")
         if not steps:
-            steps.append(f"Writing: {len(done)} of {len(rows)} task(s) committed." if rows else "Writing.")
+            steps.append(f"Writing: {len(done):,} of {len(rows):,} task(s) committed." if rows else "Writing.")
         return steps
     if state == "unreadable":
         return ["The storage could not be read from the api-server: check the connection and that the api-server "

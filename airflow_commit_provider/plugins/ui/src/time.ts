@@ -39,9 +39,9 @@ export const formatTime = (iso: string | null | undefined, zone: string): string
   return `${parts.year}-${parts.month}-${parts.day} ${parts.hour}:${parts.minute}:${parts.second}`;
 };
 
+/** The zone's short name ("GMT+5:30", "CET") at *iso* (now when there is no time on the page). */
 export const zoneAbbreviation = (iso: string | null | undefined, zone: string): string => {
-  if (!iso) return zone;
   const part = new Intl.DateTimeFormat("en-US", { timeZone: zone, timeZoneName: "short" })
-    .formatToParts(new Date(iso)).find((p) => p.type === "timeZoneName");
+    .formatToParts(iso ? new Date(iso) : new Date()).find((p) => p.type === "timeZoneName");
   return part?.value ?? zone;
 };
