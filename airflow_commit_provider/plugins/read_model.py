@@ -187,10 +187,13 @@ def _tries(names: Sequence[str]) -> set[int]:
 
 
 def _fenced(failed: Sequence[str]) -> str:
+    """Why the task's failed attempts do not count: recorded failed, they can never commit (a killed try is fenced
+    that way by the next try, before it writes)."""
     if not failed:
         return ""
     return (f"; {'attempt' if len(failed) == 1 else 'attempts'} {', '.join(failed)} "
-            f"{'was' if len(failed) == 1 else 'were'} recorded failed first (fenced: never able to commit)")
+            f"{'is' if len(failed) == 1 else 'are'} recorded failed and can never commit, even if still running "
+            "(a killed try is fenced so by the next try)")
 
 
 def _per_task_files(files: Sequence[Mapping[str, Any]]) -> dict[int, dict[str, Any]]:

@@ -1,7 +1,8 @@
 """The oldest supported Airflow (3.1.8): a second virtualenv, installed from its own constraints file
 (``constraints-airflow-3.1.txt``), with this package installed from the checkout as a wheel (not editable); there
 the ``dag.test()`` suite and the plugin tests (``tests/airflow``) run as a subprocess, and the plugin is checked in
-Airflow 3.1's own api-server app (its routes mounted, behind auth) and in ``airflow plugins``.
+Airflow 3.1's own api-server app (its routes mounted, behind auth), in ``airflow plugins``, and in 3.1's UI: the
+React view of a committed stage in Chromium, light and dark.
 
 The virtualenv is kept between runs under ``COMMIT_COMPAT_VENV`` (default: ``~/.cache/airflow-commit-provider``),
 keyed by the Airflow version and the constraints file's hash, so a CI machine with a warm cache pays only for the
@@ -25,6 +26,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -141,3 +143,82 @@ def test_plugin_in_the_oldest_airflows_api_server(venv):
         **_clean_env(), "AIRFLOW_HOME": str(venv / "airflow-home")}, timeout=600).stdout
     [plugin] = [p for p in json.loads(plugins) if p["name"] == "commit_status"]
     assert "Commit status" in json.dumps(plugin)
+
+
+RUN_STAGE = r"""
+import runpy, sys
+dag = runpy.run_path(sys.argv[1])["ui_unmapped"]
+print("RUN_ID", dag.test().run_id)
+"""
+
+
+@pytest.mark.timeout(3600)
+def test_view_in_the_oldest_airflows_ui(venv, tmp_path):
+    """The React view inside Airflow 3.1.8's own UI, in a real browser: 3.1 shares React but not its Chakra theme,
+    imports ``bundle_url`` as given (no base), and passes no map index on an unmapped task instance. A run of the
+    unmapped stage is made with ``dag.test()`` in the 3.1 venv, then only the api-server serves it."""
+    from ..deployment.test_ui import LIGHTNESS, _chromium, _shoot
+    from ..support import free_port
+
+    home, dags = tmp_path / "home", tmp_path / "home" / "dags"
+    dags.mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "airflow" / "dags" / "ui_test_dags.py", dags)
+    port = free_port()
+    env = {**_clean_env(), "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/a.db",
+           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin", "COMMIT_TEST_ROOT": str(tmp_path / "out"),
+           "COMMIT_TEST_WORK": str(tmp_path), "AIRFLOW__API_AUTH__JWT_SECRET": "compat-tests-only-" + os.urandom(8).hex(),
+           "AIRFLOW__API__SECRET_KEY": "compat-tests-only-" + os.urandom(8).hex(),
+           "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/"}
+    airflow = venv / "bin" / "airflow"
+    _run([airflow, "db", "migrate"], env=env, cwd=tmp_path, timeout=600)
+    _run([airflow, "dags", "reserialize"], env=env, cwd=tmp_path, timeout=600)
+    out = _run([venv / "bin" / "python", "-c", RUN_STAGE, dags / "ui_test_dags.py"], env=env, cwd=tmp_path,
+               timeout=900).stdout
+    run_id = next(line.split()[1] for line in out.splitlines() if line.startswith("RUN_ID"))
+    log = open(tmp_path / "api-server.log", "w")
+    server = subprocess.Popen([airflow, "api-server", "-H", "127.0.0.1", "-p", str(port)], env=env, cwd=tmp_path,
+                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        import requests
+        from playwright.sync_api import sync_playwright
+
+        deadline = time.monotonic() + 600
+        while True:
+            assert server.poll() is None, f"api-server exited: {(tmp_path / 'api-server.log').read_text()[-3000:]}"
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=5).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert time.monotonic() < deadline, "the 3.1 api-server never answered"
+            time.sleep(1)
+        passwords = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())
+        token = requests.post(f"http://127.0.0.1:{port}/auth/token", json={"username": "admin", "password":
+                              passwords["admin"]}, timeout=30).json()["access_token"]
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=_chromium(), args=["--no-sandbox", "--disable-gpu"])
+            for theme in ("light", "dark"):
+                context = browser.new_context(viewport={"width": 1440, "height": 1000}, color_scheme=theme)
+                context.add_cookies([{"name": "_token", "value": token, "url": f"http://127.0.0.1:{port}"}])
+                context.add_init_script(f"try{{localStorage.setItem('theme','{theme}')}}catch(e){{}}")
+                context.set_default_timeout(300_000)
+                page = context.new_page()
+                page.goto(f"http://127.0.0.1:{port}/dags/ui_unmapped/runs/{run_id}/tasks/stage.write/plugin/"
+                          "commit-status-ti")
+                page.wait_for_selector("[data-testid=my-task]")
+                assert page.inner_text("[data-testid=stage-state]") == "committed"
+                assert "task 0" in page.inner_text("[data-testid=my-task]")
+                assert page.query_selector("iframe") is None
+                assert not page.evaluate("!!globalThis.ChakraUISystem")  # 3.1: the view's own, scoped theme
+                lightness = page.evaluate(LIGHTNESS, "[data-testid=commit-status]")
+                assert (lightness > 128) == (theme == "dark"), (theme, lightness)
+                _shoot(page, f"airflow-3.1-unmapped-task-instance-{theme}")
+                context.close()
+            browser.close()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)

@@ -38,7 +38,7 @@ const MyTask = ({ dagId, runId, stage, task, version }: {
   }, [dagId, runId, stage.setup_task_id, task, version]);
   if (row === undefined) return null;
   return (
-    <Card.Root data-testid="my-task" size="sm" variant="outline">
+    <Card.Root bg="transparent" data-testid="my-task" size="sm" variant="outline">
       <Card.Header><Text fontWeight="semibold">This task instance: task {task}</Text></Card.Header>
       <Card.Body>
         {row === null ? <Text color="fg.muted">The storage has no record of this task yet.</Text> : (
