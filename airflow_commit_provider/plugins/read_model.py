@@ -21,8 +21,6 @@ TaskStatus = Literal["committed", "recovered", "kept", "withdrawn", "running", "
                      "waiting"]
 #: Statuses of a task that is done: its output is decided (published, or kept for recovery).
 DONE = ("committed", "recovered", "kept")
-#: Stage states in which the stage changes by itself.
-LIVE_STATES = ("running", "committing")
 #: The job commit's stages in the order they run (``total`` is not one; ``client_start`` is outside them). The
 #: view's help panel says what each does.
 COMMIT_STAGES = ("recovery", "plan", "withdraw", "moves", "deletes", "commit_log", "markers", "cleanup_after_success")
