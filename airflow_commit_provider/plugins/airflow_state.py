@@ -80,9 +80,14 @@ class Fingerprint:
     what changes all the time (a running task's heartbeat, the scheduler's loop over the run: both bump the rows'
     ``updated_at``)."""
 
-    run: tuple[str, ...] | None
+    run: tuple[str | None, ...] | None
     task_instances: tuple[tuple[str, ...], ...]
     xcoms: tuple[str, ...]
+
+    @property
+    def active(self) -> bool:
+        """Whether the run is queued or running: it can change by itself."""
+        return self.run is not None and self.run[0] in ACTIVE_RUN_STATES
 
 
 def run_fingerprint(dag_id: str, run_id: str) -> Fingerprint:
@@ -103,8 +108,8 @@ def run_fingerprint(dag_id: str, run_id: str) -> Fingerprint:
         xcoms = session.query(func.count(), func.max(XComModel.timestamp)).filter(
             XComModel.dag_id == dag_id, XComModel.run_id == run_id, XComModel.key == "return_value",
             XComModel.map_index == -1).one()
-    return Fingerprint(tuple(map(str, run)) if run else None, tuple(sorted(tuple(map(str, r)) for r in tis)),
-                       tuple(map(str, xcoms)))
+    return Fingerprint((_state(run[0]), *map(str, run[1:])) if run else None,
+                       tuple(sorted(tuple(map(str, r)) for r in tis)), tuple(map(str, xcoms)))
 
 
 def setup_task_ids(dag_id: str, run_id: str) -> list[str]:

@@ -5,9 +5,9 @@ Every route needs Airflow's auth (plugin routes are anonymous by default): the r
 ("GET")`` on the path's DAG, the bundle and ``/openapi.json`` a logged-in user. FastAPI's ``/docs`` and ``/redoc``
 are not served: they load Swagger UI and ReDoc from a CDN, a blank page without internet.
 
-A live page polls ``.../version`` (three aggregate queries and a few storage reads per stage); the summary and the
-task pages are built once per version and cut from a small cache, so paging a 1,000-task table reads the storage
-once.
+A live page polls ``.../version`` (three aggregate queries and a few storage reads per stage, no task record); the
+summary and the task pages are built once per version and cut from a small cache, so paging a 1,000-task table
+reads the storage once.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import hashlib
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,36 +93,39 @@ def _storage_head(setup: dict[str, Any]) -> tuple[Any, ...]:
         return ("unreadable", type(exc).__name__)
 
 
-def version_of(dag_id: str, run_id: str) -> str:
-    """The run's version: Airflow's fingerprint of the run and each stage's storage head."""
+def version_of(dag_id: str, run_id: str) -> Version:
+    """The run's version (Airflow's fingerprint of the run and each stage's storage head) and whether it is live
+    (it has write stages and is queued or running), without reading any task's records."""
     finger = airflow_state.run_fingerprint(dag_id, run_id)
-    setups = SETUPS.get(dag_id, run_id, finger.xcoms)
+    has_stages, setups = SETUPS.get(dag_id, run_id, finger.xcoms)
     heads = [(k, _storage_head(v)) for k, v in sorted(setups.items())]
-    return hashlib.sha1(repr((finger, heads)).encode()).hexdigest()[:16]
+    return Version(version=hashlib.sha1(repr((finger, heads)).encode()).hexdigest()[:16],
+                   live=has_stages and finger.active)
 
 
 class SetupCache:
-    """The setup contexts of the last few runs, by the run's XCom fingerprint: a version check deserializes them
-    only when an XCom of the run changed."""
+    """The setup contexts of the last few runs (and whether the run has setup tasks at all), by the run's XCom
+    fingerprint: a version check deserializes them only when an XCom of the run changed."""
 
     def __init__(self, size: int = 64) -> None:
         self.size = size
-        self._values: OrderedDict[tuple[str, str], tuple[Any, dict[str, dict[str, Any]]]] = OrderedDict()
+        self._values: OrderedDict[tuple[str, str], tuple[Any, bool, dict[str, dict[str, Any]]]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, dag_id: str, run_id: str, xcoms: Any) -> dict[str, dict[str, Any]]:
+    def get(self, dag_id: str, run_id: str, xcoms: Any) -> tuple[bool, dict[str, dict[str, Any]]]:
         key = (dag_id, run_id)
         with self._lock:
             hit = self._values.get(key)
             if hit is not None and hit[0] == xcoms:
-                return hit[1]
-        setups = airflow_state.setup_contexts(dag_id, run_id, airflow_state.setup_task_ids(dag_id, run_id))
+                return hit[1], hit[2]
+        ids = airflow_state.setup_task_ids(dag_id, run_id)
+        setups = airflow_state.setup_contexts(dag_id, run_id, ids)
         with self._lock:
-            self._values[key] = (xcoms, setups)
+            self._values[key] = (xcoms, bool(ids), setups)
             self._values.move_to_end(key)
             while len(self._values) > self.size:
                 self._values.popitem(last=False)
-        return setups
+        return bool(ids), setups
 
 
 SETUPS = SetupCache()
@@ -144,40 +148,58 @@ def build_model(dag_id: str, run_id: str, version: str) -> RunModel:
 
 class ModelCache:
     """The last few runs' models, by ``(dag_id, run_id, version)``: a page's summary and task pages of one version
-    read the storage once. A lock per key keeps two tabs from building the same model twice."""
+    read the storage once, whatever the number of open tabs. One build per run at a time: while a run's model is
+    being built (a 1,000-task stage on S3 reads 1,000 records), requests get the run's latest model instead of
+    starting another build, and the page catches up at its next version check."""
 
-    def __init__(self, size: int = 16) -> None:
+    def __init__(self, size: int = 16, build: Callable[[str, str, str], RunModel] | None = None,
+                 version: Callable[[str, str], str] | None = None) -> None:
+        """*build* and *version* read the run (default: :func:`build_model`, :func:`version_of`)."""
         self.size = size
+        self.build = build or build_model
+        self.version = version or (lambda dag_id, run_id: version_of(dag_id, run_id).version)
         self._models: OrderedDict[tuple[str, str, str], RunModel] = OrderedDict()
         self._lock = threading.Lock()
-        self._building: dict[tuple[str, str, str], threading.Lock] = {}
+        self._building: dict[tuple[str, str], threading.Lock] = {}
 
-    def get(self, dag_id: str, run_id: str, version: str | None = None, *, current: bool = False) -> RunModel:
-        """The model at *version* if it is still cached (a page's next request) or *current* (just computed), else
-        at the current version."""
+    def _cached(self, key: tuple[str, str, str]) -> RunModel | None:
+        model = self._models.get(key)
+        if model is not None:
+            self._models.move_to_end(key)
+        return model
+
+    def _latest(self, dag_id: str, run_id: str) -> RunModel | None:
+        return next((m for (d, r, _), m in reversed(self._models.items()) if (d, r) == (dag_id, run_id)), None)
+
+    def get(self, dag_id: str, run_id: str, version: str | None = None) -> RunModel:
+        """The model at *version* if it is still cached (a page's next request), else at the current version (or,
+        while another request builds that, the run's latest model)."""
         with self._lock:
-            if version is not None and (dag_id, run_id, version) in self._models:
-                self._models.move_to_end((dag_id, run_id, version))
-                return self._models[(dag_id, run_id, version)]
-        if version is None or not current:
-            version = version_of(dag_id, run_id)
-        key = (dag_id, run_id, version)
-        with self._lock:
-            if key in self._models:
-                self._models.move_to_end(key)
-                return self._models[key]
-            building = self._building.setdefault(key, threading.Lock())
-        with building:
-            with self._lock:
-                if key in self._models:
-                    return self._models[key]
-            model = build_model(dag_id, run_id, version)
-            with self._lock:
-                self._models[key] = model
-                self._building.pop(key, None)
-                while len(self._models) > self.size:
-                    self._models.popitem(last=False)
+            model = self._cached((dag_id, run_id, version)) if version is not None else None
+        if model is not None:
             return model
+        current = self.version(dag_id, run_id)
+        key = (dag_id, run_id, current)
+        with self._lock:
+            model = self._cached(key)
+            if model is not None:
+                return model
+            building = self._building.setdefault((dag_id, run_id), threading.Lock())
+            latest = self._latest(dag_id, run_id)
+        if not building.acquire(blocking=latest is None):
+            return latest  # type: ignore[return-value]  # acquire fails only when there is a latest model
+        try:
+            with self._lock:
+                model = self._cached(key)
+            if model is None:
+                model = self.build(dag_id, run_id, current)
+                with self._lock:
+                    self._models[key] = model
+                    while len(self._models) > self.size:
+                        self._models.popitem(last=False)
+            return model
+        finally:
+            building.release()
 
 
 CACHE = ModelCache()
@@ -201,8 +223,7 @@ def run_status(dag_id: str, run_id: str) -> RunStatus:
 @app.get("/api/dags/{dag_id}/runs/{run_id}/version", dependencies=DAG_AUTH)
 def run_version(dag_id: str, run_id: str) -> Version:
     """The cheap check a live page polls; the summary is fetched again only when ``version`` changed."""
-    version = version_of(dag_id, run_id)
-    return Version(version=version, live=CACHE.get(dag_id, run_id, version, current=True).live)
+    return version_of(dag_id, run_id)
 
 
 @app.get("/api/dags/{dag_id}/runs/{run_id}/stages/{setup_task_id}/tasks", dependencies=DAG_AUTH)

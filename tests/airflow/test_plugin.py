@@ -190,3 +190,36 @@ def test_live_only_while_the_run_can_change(tmp_path):
     assert (plain.summary.has_stages, plain.live) == (False, False)
     waiting = RunModel("d", "r", "v", RunSnapshot("queued", (setup,)), [])
     assert (waiting.summary.has_stages, waiting.live) == (True, True)
+
+
+def test_one_model_build_per_run_at_a_time(tmp_path):
+    """While a run's model is being built (slow on S3: one read per task record), another request gets the run's
+    latest model instead of starting a second build; with no model yet it waits for the one being built."""
+    import threading
+
+    from airflow_commit_provider.plugins.app import ModelCache
+
+    versions = iter(["v1", "v2", "v2", "v3"])
+    started, release = threading.Event(), threading.Event()
+    builds = []
+
+    def build(dag_id, run_id, version):
+        builds.append(version)
+        if version == "v2":
+            started.set()
+            assert release.wait(60), "never released"
+        return RunModel(dag_id, run_id, version, RunSnapshot("running", ()), [])
+
+    cache = ModelCache(build=build, version=lambda d, r: next(versions))
+    assert cache.get("d", "r").summary.version == "v1"
+    slow = {}
+    worker = threading.Thread(target=lambda: slow.setdefault("model", cache.get("d", "r")))
+    worker.start()
+    assert started.wait(60)
+    assert cache.get("d", "r").summary.version == "v1"       # v2 is being built: the latest model, no 2nd build
+    release.set()
+    worker.join(60)
+    assert slow["model"].summary.version == "v2"
+    assert cache.get("d", "r", "v2").summary.version == "v2"   # a page's follow-up request: cached, no version read
+    assert cache.get("d", "r").summary.version == "v3"
+    assert builds == ["v1", "v2", "v3"]
