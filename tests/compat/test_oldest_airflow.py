@@ -145,18 +145,22 @@ def test_plugin_in_the_oldest_airflows_api_server(venv):
     assert "Commit status" in json.dumps(plugin)
 
 
-RUN_STAGE = r"""
+RUN_STAGES = r"""
 import runpy, sys
-dag = runpy.run_path(sys.argv[1])["ui_unmapped"]
-print("RUN_ID", dag.test().run_id)
+dags = runpy.run_path(sys.argv[1])
+for dag_id in sys.argv[2:]:
+    print("RUN_ID", dag_id, dags[dag_id].test().run_id)
 """
+#: the runs the 3.1 UI shows: a mapped stage, an unmapped one, a DAG without a stage, and 1,000 tasks
+COMPAT_DAGS = ("ui_v1", "ui_unmapped", "ui_plain", "ui_big")
 
 
 @pytest.mark.timeout(3600)
 def test_view_in_the_oldest_airflows_ui(venv, tmp_path):
-    """The React view inside Airflow 3.1.8's own UI, in a real browser: 3.1 shares React but not its Chakra theme,
-    imports ``bundle_url`` as given (no base), and passes no map index on an unmapped task instance. A run of the
-    unmapped stage is made with ``dag.test()`` in the 3.1 venv, then only the api-server serves it."""
+    """The React view inside Airflow 3.1.8's own UI, in a real browser, light and dark: a DAG run, a mapped and an
+    unmapped task instance, a run without a stage and a 1,000-task stage. 3.1 shares React but not its Chakra theme,
+    imports ``bundle_url`` as given (no base), and passes no map index on an unmapped task instance. The runs are
+    made with ``dag.test()`` in the 3.1 venv; then only the api-server serves them."""
     from ..deployment.test_ui import LIGHTNESS, _chromium, _shoot
     from ..support import free_port
 
@@ -173,9 +177,10 @@ def test_view_in_the_oldest_airflows_ui(venv, tmp_path):
     airflow = venv / "bin" / "airflow"
     _run([airflow, "db", "migrate"], env=env, cwd=tmp_path, timeout=600)
     _run([airflow, "dags", "reserialize"], env=env, cwd=tmp_path, timeout=600)
-    out = _run([venv / "bin" / "python", "-c", RUN_STAGE, dags / "ui_test_dags.py"], env=env, cwd=tmp_path,
-               timeout=900).stdout
-    run_id = next(line.split()[1] for line in out.splitlines() if line.startswith("RUN_ID"))
+    out = _run([venv / "bin" / "python", "-c", RUN_STAGES, dags / "ui_test_dags.py", *COMPAT_DAGS], env=env,
+               cwd=tmp_path, timeout=1800).stdout
+    runs = {line.split()[1]: line.split()[2] for line in out.splitlines() if line.startswith("RUN_ID")}
+    assert set(runs) == set(COMPAT_DAGS), out[-3000:]
     log = open(tmp_path / "api-server.log", "w")
     server = subprocess.Popen([airflow, "api-server", "-H", "127.0.0.1", "-p", str(port)], env=env, cwd=tmp_path,
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -204,16 +209,34 @@ def test_view_in_the_oldest_airflows_ui(venv, tmp_path):
                 context.add_init_script(f"try{{localStorage.setItem('theme','{theme}')}}catch(e){{}}")
                 context.set_default_timeout(300_000)
                 page = context.new_page()
-                page.goto(f"http://127.0.0.1:{port}/dags/ui_unmapped/runs/{run_id}/tasks/stage.write/plugin/"
-                          "commit-status-ti")
-                page.wait_for_selector("[data-testid=my-task]")
+                base = f"http://127.0.0.1:{port}/dags"
+
+                def view(path: str, testid: str = "commit-status", name: str = ""):
+                    page.goto(f"{base}/{path}")
+                    page.wait_for_selector(f"[data-testid={testid}]")
+                    assert page.query_selector("iframe") is None
+                    assert not page.evaluate("!!globalThis.ChakraUISystem")  # 3.1: the view's own, scoped theme
+                    lightness = page.evaluate(LIGHTNESS, f"[data-testid={testid}]")
+                    assert (lightness > 128) == (theme == "dark"), (path, theme, lightness)
+                    _shoot(page, f"airflow-3.1-{name}-{theme}")
+
+                view(f"ui_v1/runs/{runs['ui_v1']}/plugin/commit-status", name="dag-run")
                 assert page.inner_text("[data-testid=stage-state]") == "committed"
+                assert page.locator("[data-testid=task-table] tr[data-task]").count() == 4
+                view(f"ui_v1/runs/{runs['ui_v1']}/tasks/stage.write/mapped/2/plugin/commit-status-ti",
+                     name="mapped-task-instance")
+                page.wait_for_selector("[data-testid=my-task]")
+                assert "task 2" in page.inner_text("[data-testid=my-task]")
+                view(f"ui_unmapped/runs/{runs['ui_unmapped']}/tasks/stage.write/plugin/commit-status-ti",
+                     name="unmapped-task-instance")
+                page.wait_for_selector("[data-testid=my-task]")
                 assert "task 0" in page.inner_text("[data-testid=my-task]")
-                assert page.query_selector("iframe") is None
-                assert not page.evaluate("!!globalThis.ChakraUISystem")  # 3.1: the view's own, scoped theme
-                lightness = page.evaluate(LIGHTNESS, "[data-testid=commit-status]")
-                assert (lightness > 128) == (theme == "dark"), (theme, lightness)
-                _shoot(page, f"airflow-3.1-unmapped-task-instance-{theme}")
+                view(f"ui_plain/runs/{runs['ui_plain']}/plugin/commit-status", "no-stage", name="no-stage")
+                assert "No write stage" in page.inner_text("[data-testid=no-stage]")
+                view(f"ui_big/runs/{runs['ui_big']}/plugin/commit-status", name="1000-tasks")
+                page.wait_for_selector("[data-testid=task-table] tr[data-task]")
+                assert page.inner_text("[data-testid=count-committed]") == "committed 1,000"
+                assert page.inner_text("[data-testid=task-table] [data-testid=pager-range]") == "1–50 of 1,000"
                 context.close()
             browser.close()
     finally:
