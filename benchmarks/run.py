@@ -13,7 +13,8 @@ Prints a table (median, min, max of several runs; ratios from the same run) and 
   v1 / v2 / magic;
 - airflow: dag.test() wall time of 8 mapped Parquet writes, plain PythonOperator versus the commit stage, at
   50,000, 2,000,000 and 5,000,000 rows per task (the wrapping is a fixed cost: its share falls as tasks grow);
-- ui: building the commit-status page (storage reads + HTML) of a job with 1,000 tasks, running and committed;
+- ui: building the commit-status view's model (storage reads, every task row) of a job with 1,000 tasks and the
+  JSON a page fetches first (summary, one page of tasks), running and committed;
 - memory: job commit of 100,000 files in a fresh process: time and peak RSS.
 """
 
@@ -239,8 +240,10 @@ import shutil; shutil.rmtree(base)
 
 
 def bench_ui(tasks: int, runs: int) -> list[dict[str, Any]]:
-    """Time to build the commit-status page of a job with *tasks* tasks (reading storage + rendering)."""
-    from airflow_commit_provider.plugins.commit_status import render
+    """Time to build the commit-status view's model of a job with *tasks* tasks (reading storage, every task row)
+    and serialize what a page fetches first: the summary and one page of the task table."""
+    from airflow_commit_provider.plugins.airflow_state import RunSnapshot
+    from airflow_commit_provider.plugins.read_model import StageModel
 
     out = []
     base = tempfile.mkdtemp(prefix="bench-ui-")
@@ -252,11 +255,12 @@ def bench_ui(tasks: int, runs: int) -> list[dict[str, Any]]:
             values = []
             for _ in range(runs):
                 t0 = time.perf_counter()
-                job = {"stage": "stage", "job_id": c.job_id, **c.status()}
-                page = render("dag", "run", [job], None, None, 0.0)
+                stage = StageModel("stage.setup", "stage", c.status(), RunSnapshot("running", ()), None)
+                body = stage.summary.model_dump_json() + stage.page("v", None, 0, 50, None).model_dump_json()
                 values.append(time.perf_counter() - t0)
-            assert job["state"] == state and len(job["tasks"]) == tasks and len(page) > tasks * 50
-            out.append({"bench": f"status page ({state} job)", "n": tasks, "committer": "ours v1", **stats(values)})
+            assert stage.summary.state == state and stage.summary.tasks_total == tasks and len(body) > 50 * 50
+            out.append({"bench": f"status view model ({state} job)", "n": tasks, "committer": "ours v1",
+                        **stats(values)})
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return out

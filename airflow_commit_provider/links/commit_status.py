@@ -18,18 +18,21 @@ log = logging.getLogger(__name__)
 
 #: Where the plugin's FastAPI app is mounted in the api-server.
 URL_PREFIX = "/commit-status"
-#: The ``url_route`` of the plugin's DAG-run tab.
+#: The ``url_route`` of the plugin's DAG-run tab, and of its task-instance tab.
 TAB_ROUTE = "commit-status"
-
-
-def status_path(dag_id: str, run_id: str) -> str:
-    """The bare page of the plugin's FastAPI app (what the tab embeds), absolute on the api-server."""
-    return f"{URL_PREFIX}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+TI_TAB_ROUTE = "commit-status-ti"
+#: The tab's query parameter that opens its target view (the published files) instead of the job's status.
+TARGET_VIEW = "view=target"
 
 
 def tab_link(dag_id: str, run_id: str) -> str:
     """The DAG run's "Commit status" tab inside Airflow's UI, relative to the UI's base URL."""
     return f"dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}/plugin/{TAB_ROUTE}"
+
+
+def target_link(dag_id: str, run_id: str) -> str:
+    """The same tab opened on the target: where the stage writes, its ``_SUCCESS`` and the files it published."""
+    return f"{tab_link(dag_id, run_id)}?{TARGET_VIEW}"
 
 
 class CommitStatusLink(BaseOperatorLink):
@@ -52,8 +55,8 @@ def _s3_endpoint(conn_id: str | None) -> str | None:
             endpoint = (extra.get("endpoint_url") or (extra.get("service_config") or {}).get("s3", {})
                         .get("endpoint_url") or endpoint)
         except Exception as exc:  # unknown connection here: do not send the user to a console that may be wrong
-            log.info("Commit target link: connection %r not readable (%s); linking the commit-status tab", conn_id,
-                     exc)
+            log.info("Commit target link: connection %r not readable (%s); linking the commit-status target view",
+                     conn_id, exc)
             return "unknown"
     if endpoint and not (urlparse(endpoint).hostname or "").endswith(".amazonaws.com"):
         return endpoint
@@ -62,8 +65,8 @@ def _s3_endpoint(conn_id: str | None) -> str | None:
 
 class CommitTargetLink(BaseOperatorLink):
     """"Commit target": where the data lands. The AWS S3 console for S3 targets on AWS; for every other target
-    (local disk, MinIO / moto or any S3 connection with a custom ``endpoint_url``) the Commit status tab, which
-    shows the target and its committed files (the UI does not render ``file://`` links)."""
+    (local disk, MinIO / moto or any S3 connection with a custom ``endpoint_url``) the Commit status tab's target
+    view, which shows the target and its committed files (the UI does not render ``file://`` links)."""
 
     name = "Commit target"
 
@@ -75,6 +78,6 @@ class CommitTargetLink(BaseOperatorLink):
             if "@" in bucket:  # s3://conn_id@bucket/... (ObjectStoragePath style)
                 conn_id, bucket = bucket.split("@", 1)
             if _s3_endpoint(conn_id) is not None:
-                return tab_link(ti_key.dag_id, ti_key.run_id)
+                return target_link(ti_key.dag_id, ti_key.run_id)
             return f"https://s3.console.aws.amazon.com/s3/buckets/{bucket}?prefix={quote(prefix.rstrip('/') + '/')}"
-        return tab_link(ti_key.dag_id, ti_key.run_id)
+        return target_link(ti_key.dag_id, ti_key.run_id)

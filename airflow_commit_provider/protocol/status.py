@@ -46,7 +46,9 @@ class JobStatus:
             for rec in self.app_records(a, job.job_uuid):
                 if a == app or rec.task not in tasks:
                     tasks[rec.task] = {"task": rec.task, "attempt": rec.attempt, "app_attempt": a,
-                                       "recovered_from_app": rec.recovered_from_app, "files": len(rec.files),
+                                       "recovered_from_app": rec.recovered_from_app,
+                                       "committed_attempt": f"{rec.committed_in_app}.{rec.attempt}",
+                                       "files": len(rec.files),
                                        "rows": sum(f.rows or 0 for f in rec.files),
                                        "bytes": sum(f.size for f in rec.files), "current": a == app}
         for t, hist in self.attempt_history(job).items():

@@ -200,7 +200,7 @@ def _xcom(dag_id: str, run_id: str, task_id: str):
 
 @pytest.mark.airflow
 def test_mapped_write_with_shared_parameters_runs_end_to_end(mapped_dag):
-    from airflow_commit_provider.plugins import commit_status as plugin
+    from airflow_commit_provider.plugins import app as plugin_app
 
     dag, root = mapped_dag
     dr = dag.test()
@@ -219,10 +219,11 @@ def test_mapped_write_with_shared_parameters_runs_end_to_end(mapped_dag):
     assert (ctx.job_uuid, ctx.generation, ctx.app_attempt, ctx.state) == (manifest["job_uuid"], 0, 0, "running")
     assert ctx.setup_try == 1 and value[VERSION_KEY] == VERSION
 
-    [job] = plugin.job_states("opbase_mapped", dr.run_id)  # the view's own read: XCom from the metadata DB
-    assert (job["stage"], job["setup_task_id"], job["job_id"], job["state"]) == ("events", "setup", ctx.job_id,
-                                                                                  "committed")
-    assert {n: s["status"] for n, s in job["task_states"].items()} == {n: "committed" for n in range(SHARDS)}
+    model = plugin_app.build_model("opbase_mapped", dr.run_id, "v")  # the view's own read: the metadata DB
+    [stage] = model.summary.stages
+    assert (stage.stage, stage.setup_task_id, stage.job_id, stage.state) == ("events", "setup", ctx.job_id,
+                                                                             "committed")
+    assert {r.task: r.status for r in model.stages["setup"].rows} == {n: "committed" for n in range(SHARDS)}
 
 
 # ------------------------------------------------------------------------------------------------- SetupContext

@@ -1,109 +1,92 @@
-"""The commit-status plugin without a deployment: every route (FastAPI's docs included) behind Airflow's auth, the
-unmapped task-instance tab (``{MAP_INDEX}`` left literal by the UI), relative ``href``s, and what the page says
-(no "None", attempt ids explained, abort details, next steps). The real browser checks are in
-``tests/deployment/test_ui.py``."""
+"""The commit-status plugin without a deployment: every route behind Airflow's auth (FastAPI's CDN docs pages not
+served), the React app registered on the DAG-run and task-instance pages, its bundle built from this source, and
+the read model built from real jobs in real storage (the protocol's records) and Airflow's task instances: the
+attempt that committed a recovered task, next steps, paging a 1,000-task stage, the job commit's stages, and when a
+page stops polling. The real browser checks are in ``tests/deployment/test_ui.py``."""
 
 from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
+from airflow_commit_provider.plugins import app as plugin_app
 from airflow_commit_provider.plugins import commit_status as plugin
+from airflow_commit_provider.plugins.airflow_state import RunSnapshot, TaskInstanceRow
+from airflow_commit_provider.plugins.read_model import RunModel, StageModel
+from airflow_commit_provider.protocol import FileOutputCommitter, read_success_marker, run_task_attempt
+
+from ..protocol import scenario as sc
+
+UI = Path(plugin.__file__).with_name("ui")
 
 
 @pytest.fixture
 def client():
-    return TestClient(plugin.app)
+    return TestClient(plugin_app.app)
 
 
-@pytest.mark.parametrize("path", ["/docs", "/redoc", "/openapi.json", "/api/dags/d/runs/r", "/dags/d/runs/r",
-                                  "/dags/d/runs/r?task_id=t&map_index={MAP_INDEX}"])
+@pytest.mark.parametrize("path", ["/openapi.json", "/static/commit-status.js", "/api/dags/d/runs/r",
+                                  "/api/dags/d/runs/r/version", "/api/dags/d/runs/r/stages/stage.setup/tasks",
+                                  "/api/dags/d/runs/r/stages/stage.setup/files"])
 def test_every_route_needs_airflow_auth(client, path):
     assert client.get(path).status_code == 401, path
 
 
-def test_hrefs_are_relative():
-    for view in plugin.CommitStatusPlugin.external_views:
-        assert not view["href"].startswith(("/", "http")), view
+@pytest.mark.parametrize("path", ["/docs", "/redoc"])
+def test_no_docs_page_that_needs_a_cdn(client, path):
+    """FastAPI's docs pages load Swagger UI and ReDoc from a CDN: blank without internet; they are not served."""
+    assert client.get(path).status_code == 404
 
 
-def _jobs(monkeypatch, jobs, tis):
-    monkeypatch.setattr(plugin, "_setup_contexts", lambda d, r: [
-        {"setup_task_id": "stage.setup", "job_name": "stage", "job_id": j["job_id"], "target": "/x",
-         "algorithm_value": 1, "mode": "append"} for j in jobs])
-    states = iter(jobs)
-
-    class FakeCommitter:
-        def status(self):
-            return next(states)
-
-    import airflow_commit_provider.protocol as protocol
-
-    monkeypatch.setattr(protocol, "make_committer", lambda *a, **k: FakeCommitter())
-    monkeypatch.setattr(plugin, "_task_instances", lambda d, r: tis)
+def test_react_app_on_run_and_task_instance_pages_with_an_absolute_bundle_url():
+    apps = {a["destination"]: a for a in plugin.CommitStatusPlugin.react_apps}
+    assert set(apps) == {"dag_run", "task_instance"}
+    assert apps["dag_run"]["url_route"] == "commit-status" and apps["task_instance"]["url_route"] == "commit-status-ti"
+    # Airflow 3.1 imports bundle_url as it is (3.3 resolves it against the page's base): absolute, under base_url
+    assert apps["dag_run"]["bundle_url"].startswith("/commit-status/static/commit-status.js?v=")
+    assert not getattr(plugin.CommitStatusPlugin, "external_views", []), "the iframe page is gone"
+    assert plugin_app.BUNDLE.is_file() and plugin_app.BUNDLE.stat().st_size > 100_000
 
 
-def _write_tis(states, try_number=2):
-    return [{"task_id": "stage.write", "map_index": n, "state": s, "try_number": try_number}
-            for n, s in enumerate(states)]
+def test_bundle_url_follows_the_base_url_path(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "http://proxy.example/airflow/")
+    assert plugin.bundle_url().startswith("/airflow/commit-status/static/commit-status.js?v=")
 
 
-def test_unmapped_task_instance_tab_renders(monkeypatch):
-    _jobs(monkeypatch, [{"job_id": "j", "state": "running", "tasks": [], "app_attempt": 0}], [])
-    page = plugin.status_page("d", "r", task_id="stage.commit", map_index="{MAP_INDEX}")
-    assert "Commit status" in page and "None" not in page
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_shipped_bundle_is_what_this_source_builds(tmp_path):
+    """The wheel ships ``ui/dist/commit-status.js`` (installing needs no node); this rebuilds it from ``ui/`` with
+    the locked dependencies (``npm ci``, then ``npm run build``: type check and Vite) and compares the bytes, so
+    a source change without its build, or a build nobody can reproduce, fails here."""
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.fail("npm is not installed: the Commit status bundle cannot be rebuilt from source (install node and "
+                    "npm: apt-get install -y nodejs npm)")
+    work = tmp_path / "ui"
+    shutil.copytree(UI, work, ignore=shutil.ignore_patterns("node_modules", "dist"))
+    for cmd in ([npm, "ci", "--no-audit", "--no-fund"], [npm, "run", "build"]):
+        proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=800)
+        assert proc.returncode == 0, f"{cmd}: {proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    built = (work / "dist" / "commit-status.js").read_bytes()
+    assert built == plugin_app.BUNDLE.read_bytes(), (
+        "ui/dist/commit-status.js is not what ui/ builds: run `npm ci && npm run build` in "
+        "airflow_commit_provider/plugins/ui and commit the result")
 
 
-def test_failed_v1_stage_says_what_a_clear_does(monkeypatch):
-    tasks = [{"task": n, "attempt": 1, "app_attempt": 0, "recovered_from_app": None, "files": 2,
-              "failed_attempts": [], "denied_attempts": [], "unfinished_attempts": []} for n in (0, 1, 3)]
-    tasks.insert(2, {"task": 2, "attempt": None, "app_attempt": None, "files": 0, "failed_attempts": ["0.1", "0.2"],
-                     "denied_attempts": [], "unfinished_attempts": []})
-    job = {"job_id": "j", "state": "failed", "algorithm": 1, "app_attempt": 0, "generation": 0, "tasks": tasks,
-           "aborted": {"at": "2026-01-01T00:00:00Z", "kept_committed_tasks": [0, 1, 3], "visible_files_removed": 0}}
-    _jobs(monkeypatch, [job], _write_tis(["success", "success", "failed", "success"]))
-    [state] = plugin.job_states("d", "r")
-    assert state["next_steps"] == ["Clear the DAG run (or the stage's setup task with its downstream tasks): setup "
-                                   "opens application attempt 1; tasks 0, 1 and 3 will be recovered (your code is "
-                                   "not called), task 2 will run."]
-    assert {n: s["status"] for n, s in state["task_states"].items()} == {0: "kept", 1: "kept", 2: "failed",
-                                                                         3: "kept"}
-    page = plugin.render("d", "r", [state], None, None, 0.01)
-    assert ">None<" not in page and "None" not in page
-    assert "kept tasks 0, 1 and 3" in page
-    assert "try 2 (app. attempt 0)" in page            # "0.2" explained where it is shown
-    assert "application attempt A, Airflow try T" in page   # and in the glossary
+# ------------------------------------------------------------------------------------------------ the read model
+def _committer(root, **kw):
+    kw.setdefault("mode", "append")
+    kw.setdefault("partition_by", ["day"])
+    return FileOutputCommitter(str(root), "job", **kw)
 
 
-def test_v2_abort_shows_withdrawn_tasks_not_denied(monkeypatch):
-    tasks = [{"task": n, "attempt": None, "app_attempt": None, "files": 0, "failed_attempts": ["0.1"],
-              "denied_attempts": [], "unfinished_attempts": []} for n in range(3)]
-    tasks.append({"task": 3, "attempt": None, "app_attempt": None, "files": 0, "failed_attempts": ["0.1", "0.2"],
-                  "denied_attempts": [], "unfinished_attempts": []})
-    job = {"job_id": "j", "state": "failed", "algorithm": 2, "app_attempt": 0, "tasks": tasks,
-           "aborted": {"at": "t", "kept_committed_tasks": [], "visible_files_removed": 6}}
-    _jobs(monkeypatch, [job], _write_tis(["success", "success", "success", "failed"], try_number=1)[:3]
-          + _write_tis([None, None, None, "failed"])[3:])
-    [state] = plugin.job_states("d", "r")
-    assert [state["task_states"][n]["status"] for n in range(4)] == ["withdrawn", "withdrawn", "withdrawn", "failed"]
-    assert "removed this job's visible files (6)" in state["next_steps"][0]
-    page = plugin.render("d", "r", [state], None, None, 0.01)
-    assert "removed 6 visible files" in page and "v2" in page
-
-
-def test_running_stage_refreshes_itself(monkeypatch):
-    tasks = [{"task": 0, "attempt": 1, "app_attempt": 0, "files": 1, "failed_attempts": [], "denied_attempts": [],
-              "unfinished_attempts": []},
-             {"task": 1, "attempt": None, "app_attempt": None, "files": 0, "failed_attempts": [],
-              "denied_attempts": [], "unfinished_attempts": ["0.1"]}]
-    _jobs(monkeypatch, [{"job_id": "j", "state": "running", "algorithm": 1, "app_attempt": 0, "tasks": tasks}],
-          _write_tis(["success", "running"], try_number=1))
-    [state] = plugin.job_states("d", "r")
-    assert state["task_states"][1]["status"] == "running"
-    assert state["next_steps"] == ["Writing: 1 of 2 task(s) committed. The page refreshes by itself."]
-    page = plugin.render("d", "r", [state], None, None, 0.01)
-    assert "data-live='1'" in page and "fragment" in page
-    assert plugin.render("d", "r", [state], None, None, 0.01, fragment=True).startswith("<div id='content'")
+def _produce(task, attempt):
+    return lambda w: w.write(sc.task_table(task, attempt))
 
 
 def test_the_plugin_is_registered_once_when_providers_load_eagerly():
@@ -124,3 +107,139 @@ def test_the_plugin_is_registered_once_when_providers_load_eagerly():
     line = next((x for x in proc.stdout.splitlines() if x.startswith("LOADED")), proc.stdout + proc.stderr[-2000:])
     assert line.startswith("LOADED 1 ERRORS") and "commit_status" not in line, line
     assert "'commit_status' already registered" not in proc.stdout + proc.stderr
+
+
+def _writes(states, try_number=1):
+    return tuple(TaskInstanceRow("stage.write", n, s, try_number, "CommitWriteOperator") for n, s in enumerate(states))
+
+
+def _stage(c, tis=(), summary=None, run_state="running"):
+    return StageModel("stage.setup", "stage", c.status(), RunSnapshot(run_state, tuple(tis)), summary)
+
+
+def test_recovered_task_names_the_attempt_that_committed(tmp_path):
+    """Task 0 committed as try 1 in application attempt 0, adopted by attempts 1 and 2; task 1 committed as try 2
+    in application attempt 1, adopted by 2. The view showed "2.1" and "2.2" (the adopter's application attempt with
+    the original try);
+    the JSON, the view and ``_SUCCESS`` now say "0.1" and "1.2"."""
+    c = _committer(tmp_path / "out")
+    c.setup_job()
+    run_task_attempt(c, 0, 1, _produce(0, 1))
+    assert c.setup_job().app_attempt == 1
+    assert run_task_attempt(c, 0, 2, _produce(0, 2)).status == "recovered"
+    run_task_attempt(c, 1, 2, _produce(1, 2))
+    assert c.setup_job().app_attempt == 2
+    for task in (0, 1):  # the write tasks of the cleared run: recovered, their code not called
+        assert run_task_attempt(c, task, 3, _produce(task, 3)).status == "recovered"
+    rows = {r.task: r for r in _stage(c, _writes(["success", "success"], 3)).rows}
+    assert (rows[0].status, rows[0].committed_attempt) == ("recovered", "0.1")
+    assert (rows[1].status, rows[1].committed_attempt) == ("recovered", "1.2")
+    assert "attempt 0.1 committed in application attempt 0" in rows[0].why
+    c.commit_job(2)
+    manifest = read_success_marker(str(tmp_path / "out"), verify_files=True)
+    assert {t["task"]: t["committed_attempt"] for t in manifest["tasks"]} == {0: "0.1", 1: "1.2"}
+    committed = {r.task: r for r in _stage(c, _writes(["success", "success"], 3), run_state="success").rows}
+    assert committed[0].committed_attempt == "0.1" and committed[1].committed_attempt == "1.2"
+    assert committed[0].rows == sc.ROWS and committed[0].files >= 1 and committed[0].bytes > 0
+
+
+def test_failed_v1_stage_says_what_a_clear_does(tmp_path):
+    c = _committer(tmp_path / "out")
+    c.setup_job()
+    for t in (0, 1, 3):
+        run_task_attempt(c, t, 1, _produce(t, 1))
+    for attempt in (1, 2):
+        with pytest.raises(RuntimeError):
+            run_task_attempt(c, 2, attempt, lambda w: (_ for _ in ()).throw(RuntimeError("user code failed")))
+    c.abort_job(keep_committed=True)
+    stage = _stage(c, _writes(["success", "success", "failed", "success"], 2), run_state="failed")
+    assert stage.summary.state == "failed"
+    assert stage.summary.next_steps == [
+        "Clear the DAG run (or the stage's setup task with its downstream tasks): setup opens application attempt "
+        "1; tasks 0, 1 and 3 will be recovered (your code is not called), task 2 will run."]
+    assert {r.task: r.status for r in stage.rows} == {0: "kept", 1: "kept", 2: "failed", 3: "kept"}
+    assert stage.rows[2].failed_attempts == ["0.1", "0.2"]
+    assert stage.summary.aborted is not None and stage.summary.aborted.kept_tasks == [0, 1, 3]
+    assert stage.summary.counts == {"kept": 3, "failed": 1}
+
+
+def test_1000_tasks_filtered_and_paged(tmp_path):
+    c = _committer(tmp_path / "out", partition_by=[])
+    c.setup_job()
+    for t in range(1000):
+        ta = c.setup_task(t, 1)
+        if t < 600:
+            run_task_attempt(c, t, 1, lambda w, t=t: w.write(sc.task_table(t, 1).drop_columns(["day"])))
+        del ta
+    stage = _stage(c, _writes(["success"] * 600 + ["running"] * 400))
+    s = stage.summary
+    assert (s.tasks_total, s.tasks_done, s.counts) == (1000, 600, {"committed": 600, "running": 400})
+    page = stage.page("v", None, 0, 50, None)
+    assert (page.total, len(page.items), page.items[0].task) == (1000, 50, 0)
+    running = stage.page("v", "running", 50, 50, None)
+    assert (running.total, running.items[0].task, running.items[-1].task) == (400, 650, 699)
+    assert stage.page("v", None, 0, 50, 777).items[0].unfinished_attempts == ["0.1"]
+    assert stage.page("v", None, 0, 10_000, None).limit == 500  # never the whole stage in one response
+    assert len(s.model_dump_json()) < 5_000  # the summary does not grow with the tasks
+
+
+def test_job_commit_stages_include_markers_and_cleanup(tmp_path):
+    """``_SUCCESS`` holds the stages up to its own writing; the commit task's summary (XCom) adds the markers and
+    the cleanup after ``_SUCCESS``, which the view left out."""
+    c = _committer(tmp_path / "out")
+    c.setup_job()
+    run_task_attempt(c, 0, 1, _produce(0, 1))
+    summary = c.commit_job(1)
+    assert "markers" not in read_success_marker(str(tmp_path / "out"))["durations"]
+    names = [t.name for t in _stage(c, _writes(["success"]), summary, "success").summary.timeline]
+    assert names[-2:] == ["markers", "cleanup_after_success"] and names[0] == "recovery"
+    other = {**summary, "job_uuid": "another generation"}
+    assert "markers" not in [t.name for t in _stage(c, _writes(["success"]), other, "success").summary.timeline]
+
+
+def test_live_only_while_the_run_can_change(tmp_path):
+    c = _committer(tmp_path / "out")
+    c.setup_job()
+    setup = TaskInstanceRow("stage.setup", -1, "success", 1, "CommitSetupOperator")
+    stage = _stage(c)
+    assert RunModel("d", "r", "v", RunSnapshot("running", (setup,)), [stage]).live is True
+    # a finished run's stage left "running" (no teardown ran) is not polled forever
+    assert stage.summary.state == "running"
+    assert RunModel("d", "r", "v", RunSnapshot("failed", (setup,)), [stage]).live is False
+    plain = RunModel("d", "r", "v", RunSnapshot("running", (TaskInstanceRow("t", -1, "running", 1, "Python"),)), [])
+    assert (plain.summary.has_stages, plain.live) == (False, False)
+    waiting = RunModel("d", "r", "v", RunSnapshot("queued", (setup,)), [])
+    assert (waiting.summary.has_stages, waiting.live) == (True, True)
+
+
+def test_one_model_build_per_run_at_a_time(tmp_path):
+    """While a run's model is being built (slow on S3: one read per task record), another request gets the run's
+    latest model instead of starting a second build; with no model yet it waits for the one being built."""
+    import threading
+
+    from airflow_commit_provider.plugins.app import ModelCache
+
+    versions = iter(["v1", "v2", "v2", "v3"])
+    started, release = threading.Event(), threading.Event()
+    builds = []
+
+    def build(dag_id, run_id, version):
+        builds.append(version)
+        if version == "v2":
+            started.set()
+            assert release.wait(60), "never released"
+        return RunModel(dag_id, run_id, version, RunSnapshot("running", ()), [])
+
+    cache = ModelCache(build=build, version=lambda d, r: next(versions))
+    assert cache.get("d", "r").summary.version == "v1"
+    slow = {}
+    worker = threading.Thread(target=lambda: slow.setdefault("model", cache.get("d", "r")))
+    worker.start()
+    assert started.wait(60)
+    assert cache.get("d", "r").summary.version == "v1"       # v2 is being built: the latest model, no 2nd build
+    release.set()
+    worker.join(60)
+    assert slow["model"].summary.version == "v2"
+    assert cache.get("d", "r", "v2").summary.version == "v2"   # a page's follow-up request: cached, no version read
+    assert cache.get("d", "r").summary.version == "v3"
+    assert builds == ["v1", "v2", "v3"]

@@ -1,7 +1,8 @@
 """The oldest supported Airflow (3.1.8): a second virtualenv, installed from its own constraints file
 (``constraints-airflow-3.1.txt``), with this package installed from the checkout as a wheel (not editable); there
 the ``dag.test()`` suite and the plugin tests (``tests/airflow``) run as a subprocess, and the plugin is checked in
-Airflow 3.1's own api-server app (its routes mounted, behind auth) and in ``airflow plugins``.
+Airflow 3.1's own api-server app (its routes mounted, behind auth), in ``airflow plugins``, and in 3.1's UI: the
+React view of a committed stage in Chromium, light and dark.
 
 The virtualenv is kept between runs under ``COMMIT_COMPAT_VENV`` (default: ``~/.cache/airflow-commit-provider``),
 keyed by the Airflow version and the constraints file's hash, so a CI machine with a warm cache pays only for the
@@ -25,6 +26,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -124,9 +126,9 @@ os.environ.update(AIRFLOW_HOME=home, AIRFLOW__CORE__LOAD_EXAMPLES="False",
 from airflow.api_fastapi.app import create_app
 from fastapi.testclient import TestClient
 client = TestClient(create_app())
-out = {p: client.get(p).status_code for p in ("/commit-status/docs", "/commit-status/redoc",
-       "/commit-status/openapi.json", "/commit-status/dags/d/runs/r?task_id=t&map_index={MAP_INDEX}",
-       "/commit-status/api/dags/d/runs/r")}
+out = {p: client.get(p).status_code for p in ("/commit-status/openapi.json", "/commit-status/static/commit-status.js",
+       "/commit-status/api/dags/d/runs/r", "/commit-status/api/dags/d/runs/r/version",
+       "/commit-status/api/dags/d/runs/r/stages/s.setup/tasks")}
 print(json.dumps(out))
 """
 
@@ -141,3 +143,105 @@ def test_plugin_in_the_oldest_airflows_api_server(venv):
         **_clean_env(), "AIRFLOW_HOME": str(venv / "airflow-home")}, timeout=600).stdout
     [plugin] = [p for p in json.loads(plugins) if p["name"] == "commit_status"]
     assert "Commit status" in json.dumps(plugin)
+
+
+RUN_STAGES = r"""
+import runpy, sys
+dags = runpy.run_path(sys.argv[1])
+for dag_id in sys.argv[2:]:
+    print("RUN_ID", dag_id, dags[dag_id].test().run_id)
+"""
+#: the runs the 3.1 UI shows: a mapped stage, an unmapped one, a DAG without a stage, and 1,000 tasks
+COMPAT_DAGS = ("ui_v1", "ui_unmapped", "ui_plain", "ui_big")
+
+
+@pytest.mark.timeout(3600)
+def test_view_in_the_oldest_airflows_ui(venv, tmp_path):
+    """The React view inside Airflow 3.1.8's own UI, in a real browser, light and dark: a DAG run, a mapped and an
+    unmapped task instance, a run without a stage and a 1,000-task stage. 3.1 shares React but not its Chakra theme,
+    imports ``bundle_url`` as given (no base), and passes no map index on an unmapped task instance. The runs are
+    made with ``dag.test()`` in the 3.1 venv; then only the api-server serves them."""
+    from ..deployment.test_ui import LIGHTNESS, _chromium, _shoot
+    from ..support import free_port
+
+    home, dags = tmp_path / "home", tmp_path / "home" / "dags"
+    dags.mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "airflow" / "dags" / "ui_test_dags.py", dags)
+    port = free_port()
+    env = {**_clean_env(), "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/a.db",
+           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin", "COMMIT_TEST_ROOT": str(tmp_path / "out"),
+           "COMMIT_TEST_WORK": str(tmp_path), "AIRFLOW__API_AUTH__JWT_SECRET": "compat-tests-only-" + os.urandom(8).hex(),
+           "AIRFLOW__API__SECRET_KEY": "compat-tests-only-" + os.urandom(8).hex(),
+           "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/"}
+    airflow = venv / "bin" / "airflow"
+    _run([airflow, "db", "migrate"], env=env, cwd=tmp_path, timeout=600)
+    _run([airflow, "dags", "reserialize"], env=env, cwd=tmp_path, timeout=600)
+    out = _run([venv / "bin" / "python", "-c", RUN_STAGES, dags / "ui_test_dags.py", *COMPAT_DAGS], env=env,
+               cwd=tmp_path, timeout=1800).stdout
+    runs = {line.split()[1]: line.split()[2] for line in out.splitlines() if line.startswith("RUN_ID")}
+    assert set(runs) == set(COMPAT_DAGS), out[-3000:]
+    log = open(tmp_path / "api-server.log", "w")
+    server = subprocess.Popen([airflow, "api-server", "-H", "127.0.0.1", "-p", str(port)], env=env, cwd=tmp_path,
+                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        import requests
+        from playwright.sync_api import sync_playwright
+
+        deadline = time.monotonic() + 600
+        while True:
+            assert server.poll() is None, f"api-server exited: {(tmp_path / 'api-server.log').read_text()[-3000:]}"
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=5).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert time.monotonic() < deadline, "the 3.1 api-server never answered"
+            time.sleep(1)
+        passwords = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())
+        token = requests.post(f"http://127.0.0.1:{port}/auth/token", json={"username": "admin", "password":
+                              passwords["admin"]}, timeout=30).json()["access_token"]
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=_chromium(), args=["--no-sandbox", "--disable-gpu"])
+            for theme in ("light", "dark"):
+                context = browser.new_context(viewport={"width": 1440, "height": 1000}, color_scheme=theme)
+                context.add_cookies([{"name": "_token", "value": token, "url": f"http://127.0.0.1:{port}"}])
+                context.add_init_script(f"try{{localStorage.setItem('theme','{theme}')}}catch(e){{}}")
+                context.set_default_timeout(300_000)
+                page = context.new_page()
+                base = f"http://127.0.0.1:{port}/dags"
+
+                def view(path: str, testid: str = "commit-status", name: str = ""):
+                    page.goto(f"{base}/{path}")
+                    page.wait_for_selector(f"[data-testid={testid}]")
+                    assert page.query_selector("iframe") is None
+                    assert not page.evaluate("!!globalThis.ChakraUISystem")  # 3.1: the view's own, scoped theme
+                    lightness = page.evaluate(LIGHTNESS, f"[data-testid={testid}]")
+                    assert (lightness > 128) == (theme == "dark"), (path, theme, lightness)
+                    _shoot(page, f"airflow-3.1-{name}-{theme}")
+
+                view(f"ui_v1/runs/{runs['ui_v1']}/plugin/commit-status", name="dag-run")
+                assert page.inner_text("[data-testid=stage-state]") == "committed"
+                assert page.locator("[data-testid=task-table] tr[data-task]").count() == 4
+                view(f"ui_v1/runs/{runs['ui_v1']}/tasks/stage.write/mapped/2/plugin/commit-status-ti",
+                     name="mapped-task-instance")
+                page.wait_for_selector("[data-testid=my-task]")
+                assert "task 2" in page.inner_text("[data-testid=my-task]")
+                view(f"ui_unmapped/runs/{runs['ui_unmapped']}/tasks/stage.write/plugin/commit-status-ti",
+                     name="unmapped-task-instance")
+                page.wait_for_selector("[data-testid=my-task]")
+                assert "task 0" in page.inner_text("[data-testid=my-task]")
+                view(f"ui_plain/runs/{runs['ui_plain']}/plugin/commit-status", "no-stage", name="no-stage")
+                assert "No write stage" in page.inner_text("[data-testid=no-stage]")
+                view(f"ui_big/runs/{runs['ui_big']}/plugin/commit-status", name="1000-tasks")
+                page.wait_for_selector("[data-testid=task-table] tr[data-task]")
+                assert page.inner_text("[data-testid=count-committed]") == "committed 1,000"
+                assert page.inner_text("[data-testid=task-table] [data-testid=pager-range]") == "1–50 of 1,000"
+                context.close()
+            browser.close()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)

@@ -115,10 +115,11 @@ def test_mapped_writes_land_on_both_workers_magic_status_view_and_rest(celery_de
     # the commit-status view (plugin on the api-server, reading S3 through the connection) and the REST API
     status = dep.session.get(f"{dep.base}/commit-status/api/dags/{dag_id}/runs/{run_id}", timeout=60)
     assert status.status_code == 200, status.text
-    job = status.json()["jobs"][0]
-    assert job["state"] == "committed" and job["totals"] == manifest["totals"]
-    page = dep.session.get(f"{dep.base}/commit-status/dags/{dag_id}/runs/{run_id}", timeout=60)
-    assert page.status_code == 200 and "committed" in page.text
+    stage = status.json()["stages"][0]
+    assert stage["state"] == "committed" and stage["totals"] == manifest["totals"]
+    tasks = dep.session.get(f"{dep.base}/commit-status/api/dags/{dag_id}/runs/{run_id}/stages/"
+                            f"{stage['setup_task_id']}/tasks", timeout=60).json()
+    assert tasks["total"] == TASKS and {t["status"] for t in tasks["items"]} == {"committed"}
     store = dep.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/stage.write/state-store",
                     params={"map_index": 3})
     entries = {e["key"]: e["value"] for e in store["task_state_store"]}
@@ -190,6 +191,7 @@ def test_worker_sigkilled_mid_write_is_retried_on_the_other_worker(celery_deploy
     manifest = check_output(dep, dag_id)
     task2 = next(t for t in manifest["tasks"] if t["task"] == 2)
     assert task2["attempt"] == 2 and task2["failed_attempts"] == ["0.1"], task2
-    status = dep.session.get(f"{dep.base}/commit-status/api/dags/{dag_id}/runs/{run_id}", timeout=60).json()
-    failed = {t["task"]: t["failed_attempts"] for t in status["jobs"][0]["tasks"]}
+    tasks = dep.session.get(f"{dep.base}/commit-status/api/dags/{dag_id}/runs/{run_id}/stages/stage.setup/tasks",
+                            timeout=60).json()["items"]
+    failed = {t["task"]: t["failed_attempts"] for t in tasks}
     assert failed[2] == ["0.1"], failed

@@ -1,7 +1,9 @@
 """Commit status in the Airflow UI, against the real deployment: the plugin's routes behind Airflow's auth, the
-task state store, the extra links, and the view in a real browser (Debian's Chromium driven by Playwright), in the
-UI's light and dark modes, for a committed, a failed, a v2-aborted and a running stage; and the whole UI under an
-``[api] base_url`` with a path.
+task state store, the extra links, and the view (a React app rendered inside Airflow's own page, no iframe) in a
+real browser (Debian's Chromium driven by Playwright), in the UI's light and dark modes: a committed, a failed, a
+v2-aborted, a running and a recovered stage, a mapped and an unmapped task instance, a run without a stage, a
+1,000-task stage (load time and bytes per refresh measured), and the whole UI under an ``[api] base_url`` with a
+path.
 
 The screenshots go to ``<session>/artifacts/ui``; with ``COMMIT_UI_SCREENSHOTS=<dir>`` they are copied there too
 (``docs/ui`` holds the README's). Nothing waits on time: every step waits for an observable state (REST API,
@@ -9,13 +11,15 @@ storage, files the tasks write, the page's content); a timeout only fails."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
+from datetime import datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 import requests
@@ -31,7 +35,9 @@ ARTIFACTS = SESSION_DIR / "artifacts"
 SHOTS = ARTIFACTS / "ui"
 DAG, RUN = "ct_append_v2", "ui-run"
 TAB = f"dags/{DAG}/runs/{RUN}/plugin/commit-status"
+API = "/commit-status/api"
 BOUND = 300_000  # ms: a bound for a loaded machine, not a wait
+ZONE = "Asia/Kolkata"  # a zone with a half-hour offset: a time shown in UTC or the browser's zone cannot match
 
 
 @pytest.fixture(scope="module")
@@ -42,38 +48,43 @@ def committed_run(deployment):
     return read_success_marker(str(deployment.root / DAG), verify_files=True)
 
 
-def test_plugin_routes_need_airflow_auth(deployment, committed_run):
-    path = f"/commit-status/api/dags/{DAG}/runs/{RUN}"
-    assert requests.get(deployment.base + path, timeout=10).status_code == 401
-    bad = requests.get(deployment.base + path, headers={"Authorization": "Bearer not-a-token"}, timeout=10)
-    assert bad.status_code in (401, 403)
-    assert requests.get(f"{deployment.base}/commit-status/dags/{DAG}/runs/{RUN}", timeout=10).status_code == 401
-    for docs in ("docs", "redoc", "openapi.json"):  # FastAPI's own routes answered anonymously before
-        assert requests.get(f"{deployment.base}/commit-status/{docs}", timeout=10).status_code == 401, docs
-        assert deployment.session.get(f"{deployment.base}/commit-status/{docs}", timeout=30).status_code == 200
-    resp = deployment.session.get(deployment.base + path, timeout=30)
-    assert resp.status_code == 200
-    job = resp.json()["jobs"][0]
-    assert job["state"] == "committed" and job["totals"] == committed_run["totals"]
-    assert {t["task"]: t["failed_attempts"] for t in job["tasks"]}[1] == ["0.1"]
+def _api(dep, path: str, **params) -> dict:
+    resp = dep.session.get(f"{dep.base}{API}/{path}", params=params, timeout=60)
+    assert resp.status_code == 200, f"{path}: {resp.status_code} {resp.text}"
+    return resp.json()
 
 
-def test_unmapped_task_instance_tab_answers(deployment, committed_run):
-    """The UI leaves ``{MAP_INDEX}`` literal on an unmapped task instance: the route answered 422 there."""
-    resp = deployment.session.get(f"{deployment.base}/commit-status/dags/{DAG}/runs/{RUN}",
-                                  params={"task_id": "stage.commit", "map_index": "{MAP_INDEX}"}, timeout=30)
-    assert resp.status_code == 200, resp.text
-    assert "data-testid='state'" in resp.text
+def test_every_route_needs_airflow_auth_and_docs_are_not_a_blank_page(deployment, committed_run):
+    run = f"dags/{DAG}/runs/{RUN}"
+    routes = [f"{API}/{run}", f"{API}/{run}/version", f"{API}/{run}/stages/stage.setup/tasks",
+              f"{API}/{run}/stages/stage.setup/files", "/commit-status/openapi.json",
+              "/commit-status/static/commit-status.js"]
+    for path in routes:
+        assert requests.get(deployment.base + path, timeout=10).status_code == 401, path
+        bad = requests.get(deployment.base + path, headers={"Authorization": "Bearer not-a-token"}, timeout=10)
+        assert bad.status_code in (401, 403), path
+        assert deployment.session.get(deployment.base + path, timeout=60).status_code == 200, path
+    # FastAPI's /docs and /redoc load Swagger UI / ReDoc from a CDN: blank without internet, so they are not served
+    for docs in ("docs", "redoc"):
+        assert deployment.session.get(f"{deployment.base}/commit-status/{docs}", timeout=30).status_code == 404
+    bundle = deployment.session.get(f"{deployment.base}/commit-status/static/commit-status.js", timeout=30)
+    assert bundle.headers["content-type"].startswith("text/javascript") and b"AirflowPlugin" in bundle.content
+    status = _api(deployment, run)
+    [stage] = status["stages"]
+    assert stage["state"] == "committed" and stage["totals"] == committed_run["totals"]
+    assert status["live"] is False and status["has_stages"] is True
+    [task1] = _api(deployment, f"{run}/stages/stage.setup/tasks", task=1)["items"]
+    assert task1["failed_attempts"] == ["0.1"] and task1["committed_attempt"] == "0.2"
 
 
-def test_task_state_store_and_extra_links(deployment, committed_run):
+def test_task_state_store_and_distinct_extra_links(deployment, committed_run):
     store = deployment.api("GET", f"/dags/{DAG}/dagRuns/{RUN}/taskInstances/stage.write/state-store",
                            params={"map_index": 1})
     entries = {e["key"]: e["value"] for e in store["task_state_store"]}
     assert entries["commit"]["status"] == "committed" and entries["commit"]["committed_attempt"] == 2
     links = deployment.api("GET", f"/dags/{DAG}/dagRuns/{RUN}/taskInstances/stage.commit/links")["extra_links"]
-    assert links["Commit status"] == TAB           # the tab inside Airflow, relative to the UI's base URL
-    assert links["Commit target"] == TAB           # local target: a file:// link would be dropped by the UI
+    assert links["Commit status"] == TAB            # the tab inside Airflow, relative to the UI's base URL
+    assert links["Commit target"] == f"{TAB}?view=target"  # local target: the tab's target view, not the same page
 
 
 # ------------------------------------------------------------------------------------------------ the browser
@@ -104,49 +115,66 @@ def browser():
         b.close()
 
 
-def _page(browser, deployment, theme: str, base: str | None = None, cookie_url: str | None = None):
-    """A page logged in to the UI (the session cookie Airflow's login sets), in the UI's *theme* (what the UI's
-    colour-mode switch stores)."""
+def _page(browser, deployment, theme: str, cookie_url: str | None = None, zone: str = ZONE):
+    """A page logged in to the UI (the session cookie Airflow's login sets), in the UI's *theme* (what its
+    colour-mode switch stores) and time zone (what its time-zone menu stores)."""
     token = deployment.session.headers["Authorization"].split()[1]
-    context = browser.new_context(viewport={"width": 1440, "height": 1000}, color_scheme=theme)
+    context = browser.new_context(viewport={"width": 1440, "height": 1100}, color_scheme=theme)
     context.add_cookies([{"name": "_token", "value": token, "url": cookie_url or deployment.base}])
-    context.add_init_script(f"try{{localStorage.setItem('theme','{theme}')}}catch(e){{}}")
+    context.add_init_script(f"try{{localStorage.setItem('theme','{theme}');"
+                            f"localStorage.setItem('timezone', JSON.stringify('{zone}'))}}catch(e){{}}")
     context.set_default_timeout(BOUND)
-    return context.new_page()
+    page = context.new_page()
+    page.requests_seen = []  # type: ignore[attr-defined]
+    page.on("request", lambda r: page.requests_seen.append(r.url))  # type: ignore[attr-defined]
+    return page
 
 
-def _frame(page, url_part: str = "/commit-status/dags/"):
-    """The tab's iframe, once the view's content is in it."""
-    page.wait_for_selector("iframe")
-    deadline = time.monotonic() + BOUND / 1000
-    while time.monotonic() < deadline:
-        frame = next((f for f in page.frames if url_part in f.url), None)
-        if frame is not None and frame.query_selector("[data-testid=state]"):
-            return frame
-        page.wait_for_timeout(300)
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / "failure.png"), full_page=True)
-    raise AssertionError(f"no commit-status content in {[f.url for f in page.frames]} (page {page.url})")
+#: The mean of R, G and B (0-255) of an element's text colour, whatever notation the theme uses (Airflow's is
+#: oklch): the browser paints it on a canvas and reads the pixel back.
+LIGHTNESS = """(sel) => {
+  const color = getComputedStyle(document.querySelector(sel)).color;
+  const ctx = Object.assign(document.createElement('canvas'), {width: 1, height: 1}).getContext('2d');
+  ctx.fillStyle = color; ctx.fillRect(0, 0, 1, 1);
+  const d = ctx.getImageData(0, 0, 1, 1).data;
+  return (d[0] + d[1] + d[2]) / 3;
+}"""
+VIEW = "[data-testid=commit-status], [data-testid=no-stage]"
 
 
-def _luminance(rgb: str) -> float:
-    parts = [float(x) for x in rgb[rgb.index("(") + 1:rgb.index(")")].split(",")[:3]]
-    return sum(parts) / 3
+def _lightness(page, sel: str = VIEW) -> float:
+    return page.evaluate(LIGHTNESS, sel)
 
 
-def _check_theme(page, frame, theme: str) -> None:
+def _view(page, url: str, testid: str = "commit-status"):
+    """Open *url* and wait for the view's content, rendered in the page itself (no iframe)."""
+    page.goto(url)
+    try:
+        page.wait_for_selector(f"[data-testid={testid}]")
+    except Exception:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "failure.png"), full_page=True)
+        raise
+    assert page.query_selector("iframe") is None, "the view is an iframe again"
+    return page
+
+
+def _check_theme(page, theme: str) -> None:
+    """The view is drawn by Airflow's own Chakra system in the UI's colour mode: Airflow shares its system, the
+    view's components are Chakra's (their classes), and the text follows the mode."""
     assert ("dark" in (page.evaluate("document.documentElement.className") or "")) == (theme == "dark")
-    assert frame.evaluate("document.documentElement.classList.contains('dark')") == (theme == "dark")
-    text = frame.evaluate("getComputedStyle(document.body).color")
-    assert (_luminance(text) > 160) == (theme == "dark"), (theme, text)
-    # no white box inside dark Airflow: the view draws on the UI's own background
-    assert frame.evaluate("getComputedStyle(document.body).backgroundColor") in ("rgba(0, 0, 0, 0)", "transparent")
+    assert page.evaluate("!!globalThis.ChakraUISystem"), "Airflow 3.3 shares its Chakra system"
+    assert page.query_selector("[data-testid=commit-status] .chakra-badge, [data-testid=no-stage]") is not None
+    assert (_lightness(page) > 128) == (theme == "dark"), (theme, _lightness(page))
+    text = page.inner_text(VIEW)
+    for word in ("None", "null", "undefined", "NaN"):
+        assert word not in text, (word, text)
 
 
-def _shoot(page, name: str) -> Path:
+def _shoot(page, name: str, full: bool = False) -> Path:
     SHOTS.mkdir(parents=True, exist_ok=True)
     path = SHOTS / f"{name}.png"
-    page.screenshot(path=str(path))
+    page.screenshot(path=str(path), full_page=full)
     if os.environ.get("COMMIT_UI_SCREENSHOTS"):
         dest = Path(os.environ["COMMIT_UI_SCREENSHOTS"])
         dest.mkdir(parents=True, exist_ok=True)
@@ -154,14 +182,15 @@ def _shoot(page, name: str) -> Path:
     return path
 
 
-def _open_tab(browser, deployment, theme: str, dag_id: str, run_id: str):
+def _open_tab(browser, deployment, theme: str, dag_id: str, run_id: str, suffix: str = "plugin/commit-status"):
     page = _page(browser, deployment, theme)
-    page.goto(f"{deployment.base}/dags/{dag_id}/runs/{run_id}/plugin/commit-status")
-    frame = _frame(page)
-    _check_theme(page, frame, theme)
-    body = frame.inner_text("body")
-    assert "None" not in body, body
-    return page, frame
+    _view(page, f"{deployment.base}/dags/{dag_id}/runs/{run_id}/{suffix}")
+    _check_theme(page, theme)
+    return page
+
+
+def _row(page, task: int) -> str:
+    return f"[data-testid=task-table] tr[data-task='{task}']"
 
 
 def _trigger(dep, dag_id: str, run_id: str, conf: dict) -> None:
@@ -170,9 +199,41 @@ def _trigger(dep, dag_id: str, run_id: str, conf: dict) -> None:
                                                      "conf": {**conf, "target": str(dep.root / f"{dag_id}-{run_id}")}})
 
 
-def _job(dep, dag_id: str, run_id: str) -> dict:
-    jobs = dep.session.get(f"{dep.base}/commit-status/api/dags/{dag_id}/runs/{run_id}", timeout=60).json()["jobs"]
-    return jobs[0] if jobs else {}
+def _stage(dep, dag_id: str, run_id: str) -> dict:
+    stages = _api(dep, f"dags/{dag_id}/runs/{run_id}")["stages"]
+    return stages[0] if stages else {}
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_committed_stage(browser, deployment, committed_run, theme):
+    page = _open_tab(browser, deployment, theme, DAG, RUN)
+    totals = committed_run["totals"]
+    assert page.inner_text("[data-testid=stage-state]") == "committed"
+    assert page.inner_text("[data-testid=total-rows]") == str(totals["rows"])
+    assert page.inner_text("[data-testid=total-files]") == str(totals["files"])
+    assert page.inner_text("[data-testid=total-tasks]") == str(totals["tasks"])
+    assert "partial output" in page.inner_text("[data-testid=v2-warning]")
+    assert page.inner_text(f"{_row(page, 1)} [data-testid=failed-attempts]") == "0.1"
+    assert page.inner_text(f"{_row(page, 1)} [data-testid=committed-attempt]") == "0.2"
+    assert "Nothing to do" in page.inner_text("[data-testid=next-steps]")
+    # the job commit's stages, markers and the cleanup after _SUCCESS included (they were missing)
+    for name in ("recovery", "plan", "moves", "commit_log", "markers", "cleanup_after_success"):
+        assert page.query_selector(f"[data-testid=timeline-{name}]") is not None, name
+    # the commit time in the UI's chosen time zone, as the rest of the UI shows times
+    finished = datetime.fromisoformat(committed_run["finished"]).astimezone(ZoneInfo(ZONE))
+    assert page.inner_text("[data-field=committed_at]") == finished.strftime("%Y-%m-%d %H:%M:%S")
+    assert ZONE in page.inner_text("[data-testid=time-zone]")
+    # terms explained once, in a panel (column headers say the same on hover), not underlined everywhere
+    assert page.evaluate("[...document.querySelectorAll('[data-testid=commit-status] *')].filter(e => "
+                         "getComputedStyle(e).textDecorationStyle === 'dotted').length") == 0
+    assert "A.T" in (page.get_attribute("th:has-text('committed attempt')", "title") or "")
+    _shoot(page, f"committed-{theme}")
+    page.click("[data-testid=help] button")
+    help_text = page.inner_text("[data-testid=help]")
+    for term in ("attempt A.T", "failed attempts", "denied attempts", "unfinished attempts", "generation",
+                 "cleanup_after_success"):
+        assert term in help_text, term
+    page.context.close()
 
 
 @pytest.fixture(scope="module")
@@ -189,104 +250,273 @@ def stages(deployment, committed_run):
         assert dep.wait_run(dag_id, run_id) == "failed", dep.ti_states(dag_id, run_id)
         assert dep.ti_states(dag_id, run_id)["stage.abort[-1]"] == "success"
     dep.wait_for(lambda: (dep.work / "holding-ui_v1-live-3").exists(), "task 3 of the live run holds")
-    dep.wait_for(lambda: sum(t.get("attempt") is not None for t in _job(dep, "ui_v1", "live").get("tasks", [])) == 3,
+    dep.wait_for(lambda: _stage(dep, "ui_v1", "live").get("tasks_done") == 3,
                  "tasks 0, 1 and 2 of the live run committed")
     yield {"hold": hold}
     hold.unlink(missing_ok=True)
 
 
 @pytest.mark.parametrize("theme", ["light", "dark"])
-def test_committed_stage(browser, deployment, committed_run, theme):
-    page, frame = _open_tab(browser, deployment, theme, DAG, RUN)
-    totals = committed_run["totals"]
-    assert frame.inner_text("[data-testid=state]") == "committed"
-    assert frame.inner_text("[data-testid=total-rows]") == str(totals["rows"])
-    assert frame.inner_text("[data-testid=total-files]") == str(totals["files"])
-    assert frame.inner_text("[data-testid=total-tasks]") == str(totals["tasks"])
-    assert "partial output" in frame.inner_text("[data-testid=v2-warning]")
-    assert frame.inner_text("tr[data-task='1'] td:nth-child(6)") == "0.1"
-    # "0.1" is explained where it stands, and every term in the glossary
-    assert frame.get_attribute("tr[data-task='1'] td:nth-child(6) .aid", "title") == "try 1 (app. attempt 0)"
-    frame.evaluate("document.querySelector('[data-testid=glossary]').open = true")
-    glossary = frame.inner_text("[data-testid=glossary]")
-    for term in ("application attempt", "failed attempts", "denied attempts", "unfinished attempts", "generation",
-                 "recovered from", "A.T = application attempt A, Airflow try T"):
-        assert term in glossary, term
-    assert "Nothing to do" in frame.inner_text("[data-testid=next-steps]")
-    frame.evaluate("document.querySelector('[data-testid=glossary]').open=false")
-    _shoot(page, f"committed-{theme}")
-    page.context.close()
-
-
-@pytest.mark.parametrize("theme", ["light", "dark"])
 def test_failed_stage_says_what_a_clear_does(browser, deployment, stages, theme):
-    page, frame = _open_tab(browser, deployment, theme, "ui_v1", "failed")
-    assert frame.inner_text("[data-testid=state]") == "failed"
-    assert frame.inner_text("[data-testid=next-steps]").endswith(
+    page = _open_tab(browser, deployment, theme, "ui_v1", "failed")
+    assert page.inner_text("[data-testid=stage-state]") == "failed"
+    assert page.inner_text("[data-testid=next-steps]").endswith(
         "tasks 0, 1 and 3 will be recovered (your code is not called), task 2 will run.")
-    assert "kept tasks 0, 1 and 3" in frame.inner_text("[data-testid=abort]")
-    statuses = [frame.inner_text(f"tr[data-task='{n}'] [data-testid=task-status]") for n in range(4)]
+    assert "kept tasks 0, 1 and 3" in page.inner_text("[data-testid=abort]")
+    statuses = [page.inner_text(f"{_row(page, n)} [data-testid=task-status]") for n in range(4)]
     assert statuses == ["kept", "kept", "failed", "kept"]
-    assert frame.inner_text("tr[data-task='2'] td:nth-child(6)") == "0.1, 0.2"
+    assert page.inner_text(f"{_row(page, 2)} [data-testid=failed-attempts]") == "0.1, 0.2"
     _shoot(page, f"failed-{theme}")
     page.context.close()
 
 
 @pytest.mark.parametrize("theme", ["light", "dark"])
 def test_v2_aborted_stage(browser, deployment, stages, theme):
-    page, frame = _open_tab(browser, deployment, theme, "ui_v2", "aborted")
-    assert frame.inner_text("[data-testid=state]") == "failed"
+    page = _open_tab(browser, deployment, theme, "ui_v2", "aborted")
+    assert page.inner_text("[data-testid=stage-state]") == "failed"
     # tasks whose Airflow tasks are green were withdrawn by the abort: not "denied", not plain "failed"
-    statuses = [frame.inner_text(f"tr[data-task='{n}'] [data-testid=task-status]") for n in range(4)]
+    statuses = [page.inner_text(f"{_row(page, n)} [data-testid=task-status]") for n in range(4)]
     assert statuses == ["withdrawn", "withdrawn", "withdrawn", "failed"]
     for n in range(4):
-        assert frame.inner_text(f"tr[data-task='{n}'] td:nth-child(7)").strip() == "—"  # no denied attempt
-    abort = frame.inner_text("[data-testid=abort]")
+        assert page.inner_text(f"{_row(page, n)} [data-testid=denied-attempts]").strip() == "—"
+    abort = page.inner_text("[data-testid=abort]")
     assert "kept no task" in abort and "visible files" in abort
-    assert "every task runs again" in frame.inner_text("[data-testid=next-steps]")
+    assert "every task runs again" in page.inner_text("[data-testid=next-steps]")
     _shoot(page, f"v2-aborted-{theme}")
     page.context.close()
 
 
+def _sizes(page, part: str) -> list[int]:
+    """Bytes of each response the page received whose URL contains *part* (recorded by ``_record``)."""
+    return [n for url, n in page.responses_seen if part in url]  # type: ignore[attr-defined]
+
+
+def _record(page) -> None:
+    page.responses_seen = []  # type: ignore[attr-defined]
+
+    def seen(resp):
+        if "/commit-status/api/" in resp.url:
+            try:
+                page.responses_seen.append((resp.url, len(resp.body())))  # type: ignore[attr-defined]
+            except Exception:  # a response of a closed page
+                pass
+    page.on("response", seen)
+
+
 def test_running_stage_live_and_theme_switch(browser, deployment, stages):
     """Light and dark screenshots of the running stage; then the stage finishes and the open page shows it
-    committed without a reload; switching the UI's colour mode restyles the open view."""
+    committed without a reload, having polled only the run's small version document; switching the UI's colour
+    mode restyles the open view."""
     pages = {}
     for theme in ("light", "dark"):
-        page, frame = _open_tab(browser, deployment, theme, "ui_v1", "live")
-        assert frame.inner_text("[data-testid=state]") == "running"
-        assert frame.inner_text("tr[data-task='3'] [data-testid=task-status]") == "running"
-        assert frame.inner_text("tr[data-task='3'] td:nth-child(8)") == "0.1"   # unfinished attempt
-        assert "3 of 4 task(s) committed" in frame.inner_text("body")
-        assert frame.query_selector("[data-testid=progress]") is not None
+        page = _page(browser, deployment, theme)
+        _record(page)
+        _view(page, f"{deployment.base}/dags/ui_v1/runs/live/plugin/commit-status")
+        _check_theme(page, theme)
+        assert page.inner_text("[data-testid=stage-state]") == "running"
+        assert page.inner_text(f"{_row(page, 3)} [data-testid=task-status]") == "running"
+        assert page.inner_text(f"{_row(page, 3)} [data-testid=unfinished-attempts]") == "0.1"
+        assert "3 of 4 task(s) committed" in page.inner_text("[data-testid=progress]")
+        assert page.get_attribute("[data-testid=commit-status]", "data-live") == "1"
         _shoot(page, f"running-{theme}")
-        pages[theme] = (page, frame)
-    page, frame = pages["light"]
-    frame.evaluate("window.__not_reloaded = true")
+        pages[theme] = page
+    page = pages["light"]
+    page.evaluate("window.__not_reloaded = true")
     stages["hold"].unlink()
-    frame.wait_for_function("document.querySelector('[data-testid=state]').innerText === 'committed'")
-    assert frame.evaluate("window.__not_reloaded") is True, "the view reloaded instead of refreshing itself"
+    page.wait_for_function("document.querySelector('[data-testid=stage-state]').innerText === 'committed'")
+    assert page.evaluate("window.__not_reloaded") is True, "the view reloaded instead of refreshing itself"
     assert deployment.wait_run("ui_v1", "live") == "success"
-    # the UI's colour-mode switch sets the class on its page: the open view follows it
+    page.wait_for_function("document.querySelector('[data-testid=commit-status]').dataset.live === '0'")
+    versions = _sizes(page, "/version")
+    assert versions and max(versions) < 200, versions      # a live page polls a few dozen bytes
+    # the UI's colour-mode switch sets the class on its page: the open view follows it (Chakra's variables)
+    assert _lightness(page) < 128
     page.evaluate("document.documentElement.classList.remove('light'); document.documentElement.classList.add('dark')")
-    frame.wait_for_function("document.documentElement.classList.contains('dark')")
-    for page, _ in pages.values():
-        page.context.close()
+    page.wait_for_function(f"({LIGHTNESS})('{VIEW}') > 128")
+    for p in pages.values():
+        p.context.close()
 
 
-def test_extra_link_and_unmapped_tab_stay_inside_airflow(browser, deployment, committed_run):
-    page = _page(browser, deployment, "light")
-    page.goto(f"{deployment.base}/dags/{DAG}/runs/{RUN}/tasks/stage.setup/plugin/commit-status-ti")
-    frame = _frame(page)          # unmapped task instance: {MAP_INDEX} left literal; was a 422 JSON body
-    assert frame.inner_text("[data-testid=state]") == "committed"
-    page.goto(f"{deployment.base}/dags/{DAG}/runs/{RUN}/tasks/stage.commit/details")  # where 3.3 shows them
-    link = page.wait_for_selector(f"a[href='{TAB}']:has-text('Commit status')")
-    assert link.get_attribute("target") == "_self"
-    assert page.query_selector(f"a[href='{TAB}']:has-text('Commit target')") is not None
-    link.click()
-    page.wait_for_url(f"{deployment.base}/{TAB}")
-    assert _frame(page).inner_text("[data-testid=state]") == "committed"
+@pytest.fixture(scope="module")
+def unmapped_run(deployment):
+    _trigger(deployment, "ui_unmapped", "one", {})
+    assert deployment.wait_run("ui_unmapped", "one") == "success", deployment.ti_states("ui_unmapped", "one")
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_task_instance_tab_shows_its_own_task(browser, deployment, committed_run, unmapped_run, theme):
+    """On a task instance's tab the view shows that task first and highlights its row: a mapped write by its map
+    index, an unmapped write as task 0 (the UI passes no map index there; ``{MAP_INDEX}`` was left literal)."""
+    page = _open_tab(browser, deployment, theme, "ui_unmapped", "one", "tasks/stage.write/plugin/commit-status-ti")
+    assert "task 0" in page.inner_text("[data-testid=my-task]")
+    assert page.get_attribute(_row(page, 0), "data-mine") == "true"
+    assert page.inner_text("[data-testid=my-task] [data-testid=task-status]") == "committed"
+    _shoot(page, f"unmapped-task-instance-{theme}")
+    _view(page, f"{deployment.base}/dags/{DAG}/runs/{RUN}/tasks/stage.write/mapped/2/plugin/commit-status-ti")
+    page.wait_for_selector("[data-testid=my-task]")
+    assert "task 2" in page.inner_text("[data-testid=my-task]")
+    assert page.get_attribute(_row(page, 2), "data-mine") == "true"
+    assert page.get_attribute(_row(page, 1), "data-mine") is None
+    _shoot(page, f"mapped-task-instance-{theme}")
+    # a task instance that is not a write (the commit task): the stage, no row of its own
+    _view(page, f"{deployment.base}/dags/{DAG}/runs/{RUN}/tasks/stage.commit/plugin/commit-status-ti")
+    assert page.inner_text("[data-testid=stage-state]") == "committed"
+    assert page.query_selector("[data-testid=my-task]") is None
     page.context.close()
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_run_without_a_stage_says_so_and_never_polls(browser, deployment, theme):
+    run_id = f"plain-{theme}"
+    deployment.trigger("ui_plain", run_id)
+    assert deployment.wait_run("ui_plain", run_id) == "success"
+    status = _api(deployment, f"dags/ui_plain/runs/{run_id}")
+    assert status["has_stages"] is False and status["live"] is False and status["stages"] == []
+    page = _page(browser, deployment, theme)
+    _view(page, f"{deployment.base}/dags/ui_plain/runs/{run_id}/plugin/commit-status", "no-stage")
+    _check_theme(page, theme)
+    assert "No write stage" in page.inner_text("[data-testid=no-stage]")
+    assert page.get_attribute("[data-testid=no-stage]", "data-live") == "0"
+    _shoot(page, f"no-stage-{theme}")
+    # the old page polled every 3 s forever here: this one never asked for a version
+    assert not [u for u in page.requests_seen if "/commit-status/api/" in u and "/version" in u], \
+        page.requests_seen  # type: ignore[attr-defined]
+    page.context.close()
+
+
+def test_extra_links_open_distinct_views_inside_airflow(browser, deployment, committed_run):
+    page = _page(browser, deployment, "light")
+    page.goto(f"{deployment.base}/dags/{DAG}/runs/{RUN}/tasks/stage.commit/details")  # where 3.3 shows them
+    status = page.wait_for_selector(f"a[href='{TAB}']:has-text('Commit status')")
+    target = page.wait_for_selector(f"a[href='{TAB}?view=target']:has-text('Commit target')")
+    assert status.get_attribute("target") == "_self" and target.get_attribute("target") == "_self"
+    target.click()
+    page.wait_for_url(f"{deployment.base}/{TAB}?view=target")
+    page.wait_for_selector("[data-testid=commit-status][data-view=target] [data-testid=files-table]")
+    assert page.inner_text("[data-testid=target]") == committed_run["output"]
+    files = page.locator("[data-testid=file-row]")
+    assert files.count() == min(50, committed_run["totals"]["files"])
+    assert {files.nth(i).locator("td").first.inner_text() for i in range(files.count())} <= {
+        f["path"] for f in committed_run["files"]}
+    _shoot(page, "target-view-light")
+    page.go_back()
+    page.wait_for_selector(f"a[href='{TAB}']:has-text('Commit status')").click()
+    page.wait_for_url(f"{deployment.base}/{TAB}")
+    page.wait_for_selector("[data-testid=commit-status][data-view=status] [data-testid=task-table]")
+    page.context.close()
+
+
+@pytest.fixture(scope="module")
+def recovered_run(deployment):
+    """A v1 run whose task 2 fails in the first run (the teardown keeps tasks 0, 1 and 3), then the whole run
+    cleared: application attempt 1 recovers tasks 0, 1 and 3 and runs task 2 again."""
+    dep = deployment
+    _trigger(dep, "ui_v1", "recover", {"fail_first_run": [2]})
+    assert dep.wait_run("ui_v1", "recover") == "failed", dep.ti_states("ui_v1", "recover")
+    dep.wait_for(lambda: _stage(dep, "ui_v1", "recover").get("aborted") is not None, "the teardown ran")
+    dep.clear("ui_v1", "recover", only_failed=False)
+    assert dep.wait_run("ui_v1", "recover") == "success", dep.ti_states("ui_v1", "recover")
+    return read_success_marker(str(dep.root / "ui_v1-recover"), verify_files=True)
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_recovered_task_shows_the_attempt_that_committed(browser, deployment, recovered_run, theme):
+    """A task recovered in application attempt 1 committed as attempt 0.1: ``_SUCCESS``, the JSON and the view
+    say 0.1 (the view said 1.1, and ``_SUCCESS`` carried only the adopter's application attempt)."""
+    manifest = recovered_run
+    assert manifest["app_attempt"] == 1
+    by_task = {t["task"]: t for t in manifest["tasks"]}
+    assert {n: by_task[n]["committed_attempt"] for n in (0, 1, 3)} == {0: "0.1", 1: "0.1", 3: "0.1"}
+    assert by_task[2]["committed_attempt"].startswith("1.")
+    rows = {r["task"]: r for r in _api(deployment, "dags/ui_v1/runs/recover/stages/stage.setup/tasks")["items"]}
+    assert {n: (rows[n]["status"], rows[n]["committed_attempt"]) for n in (0, 1, 3)} == {
+        n: ("recovered", "0.1") for n in (0, 1, 3)}
+    assert rows[2]["committed_attempt"] == by_task[2]["committed_attempt"]
+    page = _open_tab(browser, deployment, theme, "ui_v1", "recover")
+    assert page.inner_text(f"{_row(page, 0)} [data-testid=committed-attempt]") == "0.1"
+    assert page.inner_text(f"{_row(page, 0)} [data-testid=task-status]") == "recovered"
+    assert page.inner_text(f"{_row(page, 2)} [data-testid=committed-attempt]") == by_task[2]["committed_attempt"]
+    _shoot(page, f"recovered-{theme}")
+    page.context.close()
+
+
+@pytest.fixture(scope="module")
+def big_run(deployment):
+    """A stage of 1,000 tasks, held after 500 committed (the other 500 set up and writing)."""
+    dep = deployment
+    hold = dep.work / "hold-ui_big-big"
+    hold.touch()
+    _trigger(dep, "ui_big", "big", {})
+    dep.wait_for(lambda: (dep.work / "holding-ui_big-big").exists(), "500 of the 1,000 tasks committed")
+    yield hold
+    hold.unlink(missing_ok=True)
+
+
+RESOURCES = """() => performance.getEntriesByType('resource').filter(e => e.name.includes('/commit-status/'))
+  .map(e => ({name: e.name, start: e.startTime, end: e.responseEnd}))"""
+
+
+def test_1000_tasks_summary_first_paged_and_cheap_to_keep_live(browser, deployment, big_run):
+    figures = {}
+    pages = {}
+    for theme in ("light", "dark"):
+        page = _page(browser, deployment, theme)
+        _record(page)
+        _view(page, f"{deployment.base}/dags/ui_big/runs/big/plugin/commit-status")
+        page.wait_for_selector("[data-testid=task-table] tr[data-task]")
+        # ms since navigation start: the whole page, and the view's own part (from its bundle's request to the
+        # first page of tasks shown), and the summary request (the first one builds the model: 1,000 records)
+        ready = page.evaluate("performance.now()")
+        timings = page.evaluate(RESOURCES)
+        bundle = next(t for t in timings if "/static/commit-status.js" in t["name"])
+        summary = next(t for t in timings if t["name"].split("?")[0].endswith("/runs/big"))
+        figures[f"page_ready_ms_{theme}"] = round(ready)
+        figures[f"view_ms_{theme}"] = round(ready - bundle["start"])
+        figures[f"summary_request_ms_{theme}"] = round(summary["end"] - summary["start"])
+        _check_theme(page, theme)
+        assert page.inner_text("[data-testid=stage-state]") == "running"
+        assert page.inner_text("[data-testid=count-committed]") == "committed 500"
+        assert page.inner_text("[data-testid=count-running]") == "running 500"
+        assert "500 of 1,000 task(s) committed" in page.inner_text("[data-testid=progress]")
+        assert page.locator("[data-testid=task-table] tr[data-task]").count() == 50
+        assert page.inner_text("[data-testid=task-table] [data-testid=pager-range]") == "1–50 of 1,000"
+        _shoot(page, f"big-running-{theme}")
+        pages[theme] = page
+    page = pages["light"]
+    # the held stage changes nothing (its writer only heartbeats): polls see the same version, so no refetch
+    page.wait_for_function("+document.querySelector('[data-testid=version]').dataset.polls >= 2")
+    assert len([u for u, _ in page.responses_seen  # type: ignore[attr-defined]
+                if u.split("?")[0].endswith("/runs/big")]) == 1
+    figures["summary_bytes"] = max(n for url, n in page.responses_seen  # type: ignore[attr-defined]
+                                   if url.split("?")[0].endswith("/runs/big"))
+    figures["task_page_bytes"] = max(_sizes(page, "/tasks"))
+    page.click("[data-testid=filter-running]")
+    page.wait_for_function("document.querySelector('[data-testid=task-table] [data-testid=pager-range]').innerText"
+                           " === '1–50 of 500'")
+    assert page.inner_text("[data-testid=task-table] tr[data-task] >> nth=0").startswith("500")
+    page.click("[data-testid=task-table] [data-testid=page-next]")
+    page.wait_for_function("document.querySelector('[data-testid=task-table] [data-testid=pager-range]').innerText"
+                           " === '51–100 of 500'")
+    assert page.get_attribute("[data-testid=task-table] tr[data-task] >> nth=0", "data-task") == "550"
+    big_run.unlink()
+    page.wait_for_function("document.querySelector('[data-testid=stage-state]').innerText === 'committed'")
+    assert deployment.wait_run("ui_big", "big") == "success"
+    page.wait_for_function("document.querySelector('[data-testid=commit-status]').dataset.live === '0'")
+    versions = _sizes(page, "/version")
+    figures["version_bytes"] = max(versions)
+    figures["version_polls"] = len(versions)
+    figures["summary_fetches"] = len([u for u, _ in page.responses_seen if u.split("?")[0].endswith("/runs/big")])
+    assert figures["version_bytes"] < 200 and figures["summary_bytes"] < 20_000, figures
+    assert page.inner_text("[data-testid=total-tasks]") == "1,000"
+    page.click("[data-testid=filter-all]")
+    page.wait_for_function("document.querySelector('[data-testid=task-table] [data-testid=pager-range]').innerText"
+                           " === '1–50 of 1,000'")
+    _shoot(page, "big-committed-light")
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "ui-1000-tasks.json").write_text(json.dumps(figures, indent=1))
+    print("1,000-task view:", figures)
+    for p in pages.values():
+        p.context.close()
 
 
 @pytest.fixture
@@ -322,11 +552,11 @@ def _answers(url: str) -> bool:
 def test_ui_under_a_base_url_path(browser, deployment, committed_run, api_server_under_a_path):
     base = api_server_under_a_path
     page = _page(browser, deployment, "dark", cookie_url=base + "/")
-    page.goto(f"{base}/dags/{DAG}/runs/{RUN}/plugin/commit-status")
-    frame = _frame(page, "/airflow/commit-status/dags/")
-    assert frame.inner_text("[data-testid=state]") == "committed"
+    _view(page, f"{base}/dags/{DAG}/runs/{RUN}/plugin/commit-status")
+    assert page.inner_text("[data-testid=stage-state]") == "committed"
+    assert any("/airflow/commit-status/static/commit-status.js" in u for u in page.requests_seen)  # type: ignore
     page.goto(f"{base}/dags/{DAG}/runs/{RUN}/tasks/stage.commit/details")
     page.wait_for_selector(f"a[href='{TAB}']:has-text('Commit status')").click()
     page.wait_for_url(f"{base}/{TAB}")
-    _frame(page, "/airflow/commit-status/dags/")
+    page.wait_for_selector("[data-testid=commit-status] [data-testid=stage-state]")
     page.context.close()

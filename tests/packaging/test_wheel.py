@@ -39,9 +39,13 @@ def test_build_makes_a_wheel_and_an_sdist_with_the_examples(dist):
     names = zipfile.ZipFile(wheel).namelist()
     for name in ("airflow_commit_provider/example_dags/example_partitioned_write.py",
                  "airflow_commit_provider/example_dags/_demo_data.py",
-                 "airflow_commit_provider/plugins/commit_status.py", "airflow_commit_provider/protocol/committer.py"):
+                 "airflow_commit_provider/plugins/commit_status.py", "airflow_commit_provider/protocol/committer.py",
+                 # the Commit status view's built React app: the api-server serves it; installing needs no node
+                 "airflow_commit_provider/plugins/ui/dist/commit-status.js"):
         assert name in names, name
     assert not any(n.startswith("tests/") for n in names)
+    assert not any("/plugins/ui/" in n and not n.endswith("/dist/commit-status.js") for n in names), \
+        [n for n in names if "/plugins/ui/" in n]  # neither the TypeScript source nor node_modules
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "airflow.plugins" in text and "apache_airflow_provider" in text

@@ -1,0 +1,92 @@
+// The read model the plugin's FastAPI app serves (plugins/read_model.py), and how to fetch it.
+
+export type StageState = "absent" | "running" | "committing" | "committed" | "failed" | "unreadable";
+export type TaskStatus =
+  | "committed" | "recovered" | "kept" | "withdrawn" | "running" | "retrying" | "failed" | "unfinished" | "waiting";
+
+export interface CommitStageTime { name: string; seconds: number }
+export interface Totals { files: number; bytes: number; rows: number | null; tasks: number; partitions: number | null }
+export interface Abort { at: string | null; kept_tasks: number[]; visible_files_removed: number }
+
+export interface Stage {
+  stage: string;
+  setup_task_id: string;
+  write_task_id: string | null;
+  job_id: string | null;
+  state: StageState;
+  error: string | null;
+  job_uuid: string | null;
+  generation: number | null;
+  app_attempt: number | null;
+  committer: string | null;
+  algorithm: string | null;
+  mode: string | null;
+  target: string | null;
+  started: string | null;
+  finished: string | null;
+  tasks_total: number;
+  tasks_done: number;
+  counts: Partial<Record<TaskStatus, number>>;
+  totals: Totals | null;
+  timeline: CommitStageTime[];
+  total_seconds: number | null;
+  aborted: Abort | null;
+  next_steps: string[];
+  partial_output_visible: boolean;
+  files_total: number;
+}
+
+export interface RunStatus {
+  dag_id: string;
+  run_id: string;
+  version: string;
+  run_state: string | null;
+  has_stages: boolean;
+  live: boolean;
+  stages: Stage[];
+}
+
+export interface Version { version: string; live: boolean }
+
+export interface TaskRow {
+  task: number;
+  status: TaskStatus;
+  why: string;
+  airflow_state: string | null;
+  try_number: number | null;
+  committed_attempt: string | null;
+  recovered_from_app: number | null;
+  files: number;
+  rows: number | null;
+  bytes: number;
+  failed_attempts: string[];
+  denied_attempts: string[];
+  unfinished_attempts: string[];
+}
+
+export interface Page<T> { version: string; setup_task_id: string; total: number; offset: number; limit: number; items: T[] }
+export interface FileRow { path: string; size: number; rows: number | null; task: number | null }
+
+/** The plugin's API under Airflow's base URL (the page's <base href>, so a proxy path works too). */
+const apiRoot = (): string => {
+  const base = document.querySelector("head > base")?.getAttribute("href") ?? "/";
+  return new URL("commit-status/api/", new URL(base, globalThis.location.origin)).href;
+};
+
+export const runPath = (dagId: string, runId: string): string =>
+  `dags/${encodeURIComponent(dagId)}/runs/${encodeURIComponent(runId)}`;
+
+export const getJson = async <T,>(path: string, params: Record<string, string | number | undefined> = {},
+  signal?: AbortSignal): Promise<T> => {
+  const url = new URL(path, apiRoot());
+  for (const [key, value] of Object.entries(params)) {
+    if (value !== undefined) url.searchParams.set(key, String(value));
+  }
+  const resp = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" }, signal });
+  if (!resp.ok) {
+    let detail = resp.statusText;
+    try { detail = JSON.stringify((await resp.json()).detail ?? detail); } catch { /* not JSON */ }
+    throw new Error(`${resp.status} ${detail}`);
+  }
+  return (await resp.json()) as T;
+};
