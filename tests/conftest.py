@@ -21,6 +21,24 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+
+def _forget_the_checkouts_egg_info() -> None:
+    """``pip install -e .`` leaves ``airflow_commit_provider.egg-info`` in the checkout, and the checkout is on
+    ``sys.path`` here (and in every worker process): importlib.metadata then finds the distribution twice, Airflow
+    loads its plugin twice, and the Task SDK stops registering plugins at that duplicate (OpenLineage's listener
+    among them). The installed ``.dist-info`` holds the same metadata; the editable install needs nothing else."""
+    egg_info = REPO / "airflow_commit_provider.egg-info"
+    if egg_info.is_dir():
+        from importlib.metadata import distributions
+
+        installed = [d for d in distributions() if (d.metadata["Name"] or "").lower() == "airflow-commit-provider"
+                     and ".dist-info" in str(getattr(d, "_path", ""))]
+        if installed:
+            shutil.rmtree(egg_info, ignore_errors=True)
+
+
+_forget_the_checkouts_egg_info()
+
 SESSION_DIR = Path(tempfile.mkdtemp(prefix="commit-provider-tests-"))
 AIRFLOW_HOME = SESSION_DIR / "airflow-home"
 DAGS_FOLDER = AIRFLOW_HOME / "dags"
