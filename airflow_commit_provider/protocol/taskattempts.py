@@ -10,6 +10,7 @@ project once had lived in exactly such a decision split between two owners.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,8 @@ from .errors import CommitDenied, CorruptRecord, InvalidOutputSpec
 from .faults import inject
 from .paths import partition_of
 from .taskrecord import TaskCommitRecord
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .committer import FileOutputCommitter
@@ -82,8 +85,11 @@ class TaskAttempts:
                                 self.layout.attempt_dir(app, task, attempt))
         self.ledger.start(app, task, attempt)
         for trace in self.ledger.traces(app, task):
-            if trace.attempt < attempt and trace.fate is None:
-                self.fail_and_discard(app, task, trace.attempt)
+            if trace.attempt < attempt and trace.fate is None and self.fail_and_discard(app, task, trace.attempt):
+                # what a retry's log says about the try it replaces: killed or lost, and now unable to commit
+                log.warning("task %d: attempt %d (a try that was killed, lost or is still running as a zombie) is "
+                            "now recorded failed and fenced: it can never commit, its files were removed",
+                            task, trace.attempt)
         self.store.makedirs(ta.work_dir)
         inject("setup_task.after_dir")
         return ta
