@@ -369,14 +369,19 @@ class CommitJobOperator(CommitLineageMixin, CommitBaseOperator):
 
     The expected tasks are *expected_tasks* when given, otherwise the number of task instances of *write_task_id*
     in this DAG run (a mapped write expanded to zero tasks commits an empty output).
+
+    The records the commit renamed into ``_temporary/_trash`` are deleted by the stage's teardown, which runs next;
+    with *teardown_task_id* (``commit_stage`` sets it) a commit whose teardown already ran in this run ("clear only
+    failed" re-runs neither setup nor teardown) deletes them itself.
     """
 
     template_fields = (*CommitBaseOperator.template_fields, "expected_tasks")
     ui_color = "#fcf3cf"
 
     def __init__(self, *, write_task_id: str | None = None, expected_tasks: int | None = None,
-                 **kwargs: Any) -> None:
+                 teardown_task_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.teardown_task_id = teardown_task_id
         if write_task_id is None and expected_tasks is None:
             raise InvalidOutputSpec("CommitJobOperator needs write_task_id or expected_tasks to know which tasks "
                                     "must have committed")
@@ -400,6 +405,10 @@ class CommitJobOperator(CommitLineageMixin, CommitBaseOperator):
         expected = self._expected(context)
         # the records' deletion is left to the teardown, which runs next anyway: downstream tasks do not wait for it
         manifest = committer.commit_job(expected, defer_cleanup=True)
+        if self._teardown_finished(context):
+            removed = committer.remove_trash()
+            self.log.info("the stage's teardown ran before this commit (a clear of failed tasks only): removed the "
+                          "%d committed job record director%s it would have", removed, "y" if removed == 1 else "ies")
         summary = CommitSummary.from_manifest(manifest)
         self._committed = (manifest, summary, committer.store)   # what the OpenLineage facets report (lineage.py)
         self.log.info("job %s committed: %s files, %s rows, %s bytes in %s tasks (application attempt %s); "
@@ -411,6 +420,22 @@ class CommitJobOperator(CommitLineageMixin, CommitBaseOperator):
         for outlet in self.outlets or []:   # the asset events are emitted on success only: once data is committed
             context["outlet_events"][outlet].extra = summary.asset_extra()
         return summary.to_xcom()
+
+
+    def _teardown_finished(self, context: Mapping[str, Any]) -> bool:
+        if not self.teardown_task_id:
+            return False
+        try:
+            states = context["ti"].get_task_states(dag_id=context["dag"].dag_id, task_ids=[self.teardown_task_id],
+                                                   run_ids=[context["run_id"]])
+        except Exception as exc:  # the teardown deletes them if it is to run: leaving them is only a delay
+            self.log.info("teardown state not readable (%s): its cleanup is left to it", exc)
+            return False
+        return states.get(context["run_id"], {}).get(self.teardown_task_id) in FINISHED_STATES
+
+
+#: task instance states after which a teardown will not run again in this run without a clear
+FINISHED_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
 
 
 def count_write_tasks(states: Mapping[str, Any], task_id: str) -> int:

@@ -110,5 +110,6 @@ def build_stage(group_id: str, stage: StageArgs, write: Callable[[dict[str, Any]
                                    outlets=stage.outlets, **common)
         abort = CommitAbortOperator(task_id="abort", purge=stage.purge_on_failure, commit_task_id=commit.task_id,
                                     **common)
+        commit.teardown_task_id = abort.task_id
         setup >> write_task >> commit >> abort.as_teardown(setups=setup)
     return group, commit

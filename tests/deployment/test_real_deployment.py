@@ -72,6 +72,8 @@ def test_clear_only_failed_continues_the_application_attempt(deployment):
     manifest = check_output(dep, dag_id)
     assert manifest["app_attempt"] == 0, "no setup ran, so the application attempt is unchanged"
     assert all(t["recovered_from_app"] is None for t in manifest["tasks"])
+    # the teardown did not run again: the commit deleted the records it renamed into _temporary/_trash itself
+    assert not (dep.root / dag_id / "_temporary").exists(), sorted(p.name for p in (dep.root / dag_id).iterdir())
 
 
 def test_deferrable_sensor_resumes_through_the_triggerer(deployment):
