@@ -99,8 +99,12 @@ def test_the_plugin_is_registered_once_when_providers_load_eagerly():
 
     from ..conftest import REPO
 
-    code = ("from airflow import plugins_manager\n"
-            "plugins, errors = plugins_manager._get_plugins()\n"
+    code = ("from airflow import plugins_manager as pm\n"
+            "if hasattr(pm, '_get_plugins'):\n"          # Airflow 3.3
+            "    plugins, errors = pm._get_plugins()\n"
+            "else:\n"                                     # 3.1, 3.2
+            "    pm.ensure_plugins_loaded()\n"
+            "    plugins, errors = pm.plugins, pm.import_errors\n"
             "print('LOADED', [p.name for p in plugins].count('commit_status'), 'ERRORS', sorted(errors))\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(REPO), "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "False"})
