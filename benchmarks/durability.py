@@ -33,16 +33,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from airflow_commit_provider.protocol.stores.durability import fsync_dir
 from benchmarks.run import floor_files, prepare_job, rename_floor
 from benchmarks.shapes import merge_json, print_table, shapes
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def durable_floor(base: str, n: int) -> float:
@@ -53,15 +46,15 @@ def durable_floor(base: str, n: int) -> float:
     t0 = time.perf_counter()
     for i in range(n):
         os.rename(os.path.join(src, f"f{i}.parquet"), os.path.join(dst, f"f{i}.parquet"))
-    _fsync_dir(dst)
-    _fsync_dir(src)
+    fsync_dir(dst)
+    fsync_dir(src)
     tmp = os.path.join(dst, "._SUCCESS.tmp")
     with open(tmp, "wb") as fh:
         fh.write(b"{}" * 100)
         fh.flush()
         os.fsync(fh.fileno())
     os.rename(tmp, os.path.join(dst, "_SUCCESS"))
-    _fsync_dir(dst)
+    fsync_dir(dst)
     return time.perf_counter() - t0
 
 

@@ -233,6 +233,19 @@ class CommitBaseOperator(BaseOperator):
     def job_id(self, context: Mapping[str, Any]) -> str:
         return make_job_id(context["dag"].dag_id, self._job_key(context), self._job_name())
 
+    def task_state(self, context: Mapping[str, Any], task_id: str | None, otherwise: str) -> str | None:
+        """The state of another task instance of this run (``None`` when there is no such task, or its state
+        cannot be read: then *otherwise* says in the log what the caller does instead)."""
+        if not task_id:
+            return None
+        try:
+            states = context["ti"].get_task_states(dag_id=context["dag"].dag_id, task_ids=[task_id],
+                                                   run_ids=[context["run_id"]])
+        except Exception as exc:
+            self.log.info("state of %s not readable (%s): %s", task_id, exc, otherwise)
+            return None
+        return states.get(context["run_id"], {}).get(task_id)
+
     def committer(self, context: Mapping[str, Any]) -> FileOutputCommitter:
         store = CommitStorageHook(self.conn_id).get_store(self.target, durable=self.durable)
         labels = {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "job_name": self._job_name()}
@@ -421,17 +434,9 @@ class CommitJobOperator(CommitLineageMixin, CommitBaseOperator):
             context["outlet_events"][outlet].extra = summary.asset_extra()
         return summary.to_xcom()
 
-
     def _teardown_finished(self, context: Mapping[str, Any]) -> bool:
-        if not self.teardown_task_id:
-            return False
-        try:
-            states = context["ti"].get_task_states(dag_id=context["dag"].dag_id, task_ids=[self.teardown_task_id],
-                                                   run_ids=[context["run_id"]])
-        except Exception as exc:  # the teardown deletes them if it is to run: leaving them is only a delay
-            self.log.info("teardown state not readable (%s): its cleanup is left to it", exc)
-            return False
-        return states.get(context["run_id"], {}).get(self.teardown_task_id) in FINISHED_STATES
+        # unreadable: the teardown deletes them if it is to run, so leaving them is only a delay
+        return self.task_state(context, self.teardown_task_id, "its cleanup is left to it") in FINISHED_STATES
 
 
 #: task instance states after which a teardown will not run again in this run without a clear
@@ -473,15 +478,8 @@ class CommitAbortOperator(CommitBaseOperator):
         self.commit_task_id = commit_task_id
 
     def _commit_task_succeeded(self, context: Mapping[str, Any]) -> bool:
-        if not self.commit_task_id:
-            return False
-        try:
-            states = context["ti"].get_task_states(dag_id=context["dag"].dag_id, task_ids=[self.commit_task_id],
-                                                   run_ids=[context["run_id"]])
-        except Exception as exc:  # the storage is the authority: look there instead
-            self.log.info("commit task state not readable (%s): checking the storage", exc)
-            return False
-        return states.get(context["run_id"], {}).get(self.commit_task_id) == "success"
+        # unreadable: the storage is the authority, look there instead
+        return self.task_state(context, self.commit_task_id, "checking the storage") == "success"
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         with fail_fast_on_deterministic_errors():
