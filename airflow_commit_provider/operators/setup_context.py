@@ -75,6 +75,9 @@ class SetupContext:
     #: the DAG run's clear number (0 for its first run) and the setup task's try
     clear_number: int | None = None
     setup_try: int | None = None
+    #: protocol tasks per write task instance (shards): task ``i * N + s`` is shard ``s`` of map index ``i``.
+    #: Absent from values written before it existed: 1
+    shards_per_task: int = 1
 
     def __post_init__(self) -> None:
         _check(_text(self.job_id), "job_id", self.job_id, "a non-empty string")
@@ -95,6 +98,8 @@ class SetupContext:
         for key in ("generation", "app_attempt", "first_app_attempt", "clear_number", "setup_try"):
             value = getattr(self, key)
             _check(_count(value), key, value, "a non-negative integer or None")
+        _check(_count(self.shards_per_task) and self.shards_per_task is not None and self.shards_per_task >= 1,
+               "shards_per_task", self.shards_per_task, "a positive integer")
 
     @classmethod
     def from_xcom(cls, value: Any) -> SetupContext:
