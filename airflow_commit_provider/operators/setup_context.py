@@ -76,7 +76,7 @@ class SetupContext:
     clear_number: int | None = None
     setup_try: int | None = None
     #: protocol tasks per write task instance (shards): task ``i * N + s`` is shard ``s`` of map index ``i``.
-    #: Absent from values written before it existed: 1
+    #: Written only when not 1, so an unsharded stage's value is the shape earlier versions wrote (and read)
     shards_per_task: int = 1
 
     def __post_init__(self) -> None:
@@ -136,8 +136,10 @@ class SetupContext:
 
     def to_xcom(self) -> dict[str, Any]:
         """The JSON dict the setup task returns: the keys (and their order) every earlier version wrote, the
-        marker after the job's fields, and the version key last."""
+        marker after the job's fields, ``shards_per_task`` when not 1, and the version key last."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.shards_per_task == 1:   # an unsharded stage's value is the shape every earlier version wrote
+            del values["shards_per_task"]
         return {**{key: values.pop(key) for key in _JOB_FIELDS}, SETUP_MARKER: True, **values,
                 "partition_by": list(self.partition_by), VERSION_KEY: VERSION}
 

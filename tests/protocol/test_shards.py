@@ -6,7 +6,8 @@
   shard (before and after the job commit): fenced shard by shard, it commits nothing and its rows are nowhere;
 - a shard's ordinary failure does not stop the others; the retry runs only the failed one; a bad specification of
   any shard is raised as itself (the operator fails such a try without retries);
-- the numbering: shard ``s`` of task instance ``i`` is protocol task ``i * N + s``.
+- the numbering: shard ``s`` of task instance ``i`` is protocol task ``i * N + s``;
+- the shard cells of the fault matrix (local disk, SIGKILL) and a few random schedules (``tests/schedules.py``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,24 @@ def commit_and_check(cfg: dict) -> dict:
     sc.assert_exactly_once(sc.read_rows(cfg["root"]), tasks=INSTANCES * SHARDS)
     assert read_success_marker(cfg["root"], verify_files=True)["totals"]["tasks"] == INSTANCES * SHARDS
     return manifest
+
+
+@pytest.mark.parametrize("point", ss.SHARD_POINTS)
+def test_crash_matrix_of_a_sharded_task_instance(cfg, point):
+    """The shard cells of ``python -m tests.fault_matrix`` on the local disk, SIGKILL (the command adds ``exit``
+    and S3)."""
+    assert ss.crash_cell({**cfg, "mode": "overwrite"}, point, "kill") == "pass"
+
+
+def test_random_schedules_of_sharded_task_instances(tmp_path):
+    """``COMMIT_SHARD_SCHEDULES`` (default 3, ~20 s) of ``python -m tests.schedules --shards N``'s schedules."""
+    from . import shard_schedules as sh
+
+    count = int(os.environ.get("COMMIT_SHARD_SCHEDULES", "3"))
+    seed = int(os.environ.get("COMMIT_SCHEDULES_SEED", "0"))
+    for seed in range(seed, seed + count):
+        violation, schedule = sh.run_schedule(seed, str(tmp_path))
+        assert violation is None, f"seed {seed} {schedule.cfg}: {violation}\n" + "\n".join(schedule.steps)
 
 
 def test_numbering():
