@@ -23,9 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol import FileOutputCommitter, InvalidOutputSpec, run_task_attempt
-from ..protocol.task import TaskOutcome
-from ..protocol.writer import TaskAttemptWriter
+from ..protocol import FileOutputCommitter, InvalidOutputSpec, TaskAttemptWriter, TaskOutcome, run_task_attempt
 
 log = logging.getLogger(__name__)
 
