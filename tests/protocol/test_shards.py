@@ -60,8 +60,8 @@ def test_random_schedules_of_sharded_task_instances(tmp_path):
     from . import shard_schedules as sh
 
     count = int(os.environ.get("COMMIT_SHARD_SCHEDULES", "3"))
-    seed = int(os.environ.get("COMMIT_SCHEDULES_SEED", "0"))
-    for seed in range(seed, seed + count):
+    first = int(os.environ.get("COMMIT_SCHEDULES_SEED", "0"))
+    for seed in range(first, first + count):
         violation, schedule = sh.run_schedule(seed, str(tmp_path))
         assert violation is None, f"seed {seed} {schedule.cfg}: {violation}\n" + "\n".join(schedule.steps)
 
@@ -109,7 +109,7 @@ def test_a_zombie_try_is_fenced_shard_by_shard(cfg, wake):
             commit_and_check(cfg)
         calls_before_wake = sc.calls(cfg)
         os.kill(zombie.pid, signal.SIGCONT)
-        out, err = zombie.communicate(timeout=60)
+        out, _ = zombie.communicate(timeout=60)
     finally:
         if zombie.poll() is None:
             zombie.kill()
