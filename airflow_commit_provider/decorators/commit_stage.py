@@ -56,7 +56,7 @@ class CommitWriteDecoratedOperator(DecoratedOperator, CommitWriteOperator):
         # DecoratedOperator checks the call binds to the signature; the writer and the shard are given at run time
         given = inspect.signature(python_callable).parameters
         runtime = [name for name in ("writer", *SHARD_KWARGS) if name in given and (name != "writer" or as_writer)]
-        bound = {**(op_kwargs or {}), **dict.fromkeys(runtime)} if runtime else op_kwargs
+        bound = {**dict.fromkeys(runtime), **(op_kwargs or {})} if runtime else op_kwargs
         super().__init__(python_callable=python_callable, op_args=op_args, op_kwargs=bound,
                          kwargs_to_upstream=upstream, **kwargs)
 

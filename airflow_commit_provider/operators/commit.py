@@ -322,7 +322,8 @@ class CommitWriteOperator(CommitBaseOperator):
     *shard_threads* at once (default ``min(N, 4)``): the callable is called once per shard not committed yet, with
     the keyword arguments it names of ``shard_index`` (0 .. N-1), ``shards_per_task`` (N) and ``task_number``
     (``map_index * N + shard_index``, unique in the stage); it must name ``shard_index`` or ``task_number`` (or take
-    ``**kwargs``), or every shard would write the same rows. A shard that fails does not stop the others; the try
+    ``**kwargs``), or every shard would write the same rows. With N = 1 it receives them too (0, 1, the map
+    index) unless its own arguments have those names. A shard that fails does not stop the others; the try
     fails after they finished, and its retry runs only the shards that did not commit.
     """
 
@@ -363,9 +364,10 @@ class CommitWriteOperator(CommitBaseOperator):
         ti = context["ti"]
         task = max(ti.map_index if ti.map_index is not None else -1, 0)
         attempt = ti.try_number
-        call_kwargs = {**context, **self.op_kwargs}
         if self.shards_per_task != 1:
-            return self._write_shards(context, task, attempt, call_kwargs)
+            return self._write_shards(context, task, attempt, {**context, **self.op_kwargs})
+        # one shard: the same callable runs at any shards_per_task (the user's own arguments of those names win)
+        call_kwargs = {"shard_index": 0, "shards_per_task": 1, "task_number": task, **context, **self.op_kwargs}
         committer = self.committer(context)
 
         def produce(writer: Any) -> None:

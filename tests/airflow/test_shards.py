@@ -73,6 +73,15 @@ def test_a_retry_runs_only_the_shards_that_did_not_commit(dags, dag_id):
     assert manifest["labels"]["shards_per_task"] == SHARDS
 
 
+def test_with_one_shard_per_task_instance_the_callable_gets_its_map_index_as_task_number(dags):
+    dr = dags.sh_one.test()
+    assert dr.state == "success", states(dr)
+    assert calls("sh_one") == {(t, 1): 1 for t in range(INSTANCES)}
+    rows = sc.read_rows(str(TEST_ROOT / "sh_one"))
+    sc.assert_exactly_once(rows, tasks=INSTANCES, per_task=ROWS)
+    assert {r["task"]: r["source_day"] for r in rows} == {t: t for t in range(INSTANCES)}
+
+
 def test_a_callable_that_cannot_tell_its_shards_apart_is_refused_at_parse_time():
     def same_rows(day: int):
         return None

@@ -43,6 +43,13 @@ with DAG("sh_operator", schedule=None, start_date=datetime(2024, 1, 1), catchup=
                  shards_per_task=SHARDS, shard_threads=2)
 
 
+with DAG("sh_one", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
+         tags=["airflow-commit-provider-tests"]) as sh_one:
+    # the same callable with one shard per task instance: task number = map index
+    commit_stage("write", target=os.path.join(ROOT, "sh_one"), python_callable=shard_rows,
+                 expand_op_kwargs=[{"day": d} for d in range(INSTANCES)], mode="append")
+
+
 with DAG("sh_decorator", schedule=None, start_date=datetime(2024, 1, 1), catchup=False, default_args=DEFAULTS,
          tags=["airflow-commit-provider-tests"]) as sh_decorator:
     @task.commit_stage(target=os.path.join(ROOT, "sh_decorator"), mode="overwrite", shards_per_task=SHARDS)
