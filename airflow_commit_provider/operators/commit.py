@@ -21,16 +21,16 @@ from __future__ import annotations
 import hashlib
 import inspect
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
 
 from ..hooks.storage import CommitStorageHook
 from ..links.commit_status import CommitStatusLink, CommitTargetLink
-from ..protocol import CommitDenied, FileOutputCommitter, InvalidOutputSpec, make_committer, run_task_attempt
-from ..protocol.committer import check_mode, normalize_algorithm
-from ..protocol.paths import check_partition_key
+from ..protocol import CommitConfig, CommitDenied, FileOutputCommitter, InvalidOutputSpec, run_task_attempt
+from ..protocol.config import check_threads, normalize_algorithm, partition_columns
+from ..protocol.modes import check_mode
 from .failures import DETERMINISTIC_ERRORS, fail_fast_on_deterministic_errors
 from .lineage import CommitLineageMixin
 from .setup_context import SetupContext
@@ -108,8 +108,8 @@ def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
         if target is None or (isinstance(target, str) and not target.strip()):
             raise bad("target", "target is required: a local path, a URL such as s3://bucket/prefix, or an "
                                 "ObjectStoragePath")
-    checks = {"algorithm": normalize_algorithm, "mode": check_mode, "partition_by": _partition_columns,
-              "commit_threads": _threads}
+    checks = {"algorithm": normalize_algorithm, "mode": check_mode,
+              "partition_by": lambda v: list(partition_columns(v)), "commit_threads": check_threads}
     for name, check in checks.items():
         if name in args:
             try:
@@ -134,23 +134,6 @@ def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
 
 def _text(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip())
-
-
-def _partition_columns(partition_by: Any) -> list[str]:
-    columns = [partition_by] if isinstance(partition_by, str) else partition_by
-    if not isinstance(columns, Iterable):
-        raise InvalidOutputSpec("give a partition column name or a list of them")
-    columns = [check_partition_key(key) for key in columns]
-    if len(set(columns)) != len(columns):
-        raise InvalidOutputSpec(f"partition columns repeat: {columns}")
-    return columns
-
-
-def _threads(commit_threads: Any) -> int | None:
-    if commit_threads is not None and (isinstance(commit_threads, bool) or not isinstance(commit_threads, int)
-                                       or commit_threads < 1):
-        raise InvalidOutputSpec("commit_threads must be a positive integer (or None: the store's default)")
-    return commit_threads
 
 
 class _CheckedPartial:
@@ -259,24 +242,15 @@ class CommitBaseOperator(BaseOperator):
             return None
         return states.get(context["run_id"], {}).get(task_id)
 
-    def committer(self, context: Mapping[str, Any], store: Any = None) -> FileOutputCommitter:
-        """The stage's committer; on *store* when given (the shards of a write share one store)."""
-        if store is None:
-            store = self.store()
+    def committer(self, context: Mapping[str, Any]) -> FileOutputCommitter:
         labels = {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "job_name": self._job_name()}
         if self.job_key is not None:
             labels["job_key"] = self._job_key(context)
         if self.shards_per_task != 1:
             labels["shards_per_task"] = self.shards_per_task
-        return make_committer(store, self.job_id(context), algorithm=self.algorithm, mode=self.mode,
-                              partition_by=self.partition_by, commit_threads=self.commit_threads, labels=labels)
-
-    def store(self) -> Any:
-        return CommitStorageHook(self.conn_id).get_store(self.target, durable=self.durable)
-
-
-#: The name of :class:`CommitBaseOperator` in earlier releases (a mixin used with ``BaseOperator``).
-CommitOperatorMixin = CommitBaseOperator
+        config = CommitConfig(algorithm=self.algorithm, mode=self.mode, partition_by=self.partition_by,
+                              commit_threads=self.commit_threads, labels=labels, durable=self.durable)
+        return CommitStorageHook(self.conn_id).make_committer(self.target, self.job_id(context), config)
 
 
 class CommitSetupOperator(CommitBaseOperator):
@@ -388,14 +362,14 @@ class CommitWriteOperator(CommitBaseOperator):
 
     def _write_shards(self, context: Mapping[str, Any], map_index: int, attempt: int,
                       call_kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        store = self.store()
+        first = self.committer(context)   # the others share its store (and the connection behind it)
         n = self.shards_per_task
 
         def produce(shard: int, task: int, writer: Any) -> None:
             self._produce({**call_kwargs, "shard_index": shard, "shards_per_task": n, "task_number": task}, writer)
 
-        outcome = run_shards(lambda: self.committer(context, store), map_index, n, attempt, produce,
-                             threads=self.shard_threads, compression=self.compression,
+        outcome = run_shards(lambda: FileOutputCommitter(first.store, first.job_id, first.config), map_index, n,
+                             attempt, produce, threads=self.shard_threads, compression=self.compression,
                              max_rows_per_file=self.max_rows_per_file, fatal=DETERMINISTIC_ERRORS)
         summary = outcome.to_dict()
         self.log.info("task instance %s attempt %s: %s shards (tasks %s-%s): %s; ran the callable for shards %s; "
@@ -575,9 +549,10 @@ def leftover_hint(committer: FileOutputCommitter, conn_id: str | None, target: A
     call that removes it when the run will not be cleared (Hadoop's abortJob: the target as before the job)."""
     where = committer.store.url(committer.layout.job_dir)
     remove = (f"python -c \"from airflow_commit_provider.hooks.storage import CommitStorageHook; "
-              f"from airflow_commit_provider.protocol import make_committer; "
-              f"make_committer(CommitStorageHook({conn_id!r}).get_store({str(target)!r}), {committer.job_id!r}, "
-              f"algorithm={committer.algorithm!r}).abort_job()\"")
+              f"from airflow_commit_provider.protocol import CommitConfig; "
+              f"CommitStorageHook({conn_id!r}).make_committer({str(target)!r}, {committer.job_id!r}, "
+              f"CommitConfig(algorithm={committer.algorithm!r}, mode={committer.mode!r}, "
+              f"partition_by={list(committer.partition_by)!r})).abort_job()\"")
     if kept:
         return (f"kept {len(kept)} committed task(s) ({', '.join(map(str, kept))}) of job {committer.job_id} hidden "
                 f"under {where}: clear this DAG run to recover them (their code is not called again). If the run "
