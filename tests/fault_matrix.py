@@ -13,7 +13,8 @@ killed after some shards committed (and after the shards of an earlier applicati
 retry must call the user code of exactly the uncommitted shards, and the job commit hold every row once.
 
 CI runs the same cells through pytest (``tests/protocol/test_crash_matrix.py``, ``tests/s3/test_s3.py``); this
-command is the full cross product. ``--quick`` keeps the local file system only.
+command is the full cross product. ``--quick`` keeps the local file system only; ``--only task`` or ``--only shards``
+runs one of the two matrices.
 """
 
 from __future__ import annotations
@@ -109,14 +110,17 @@ def run_cell(fs: str, algorithm, point: str, kill: str, base: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="local file system only")
+    parser.add_argument("--only", choices=("task", "shards"), help="one of the two matrices")
     args = parser.parse_args()
     columns = [("local", 1), ("local", 2)] + ([] if args.quick else [("s3", 1), ("s3", 2), ("s3", "magic")])
     moto = None if args.quick else start_moto(os.environ)[0]
     base = tempfile.mkdtemp(prefix="fault-matrix-")
     results: dict[tuple, str] = {}
+    matrices = [(m, p, c) for m, p, c in (("task", POINTS, run_cell), ("shards", ss.SHARD_POINTS, run_shard_cell))
+                if args.only in (None, m)]
     t0 = time.monotonic()
     try:
-        for matrix, points, cell in (("task", POINTS, run_cell), ("shards", ss.SHARD_POINTS, run_shard_cell)):
+        for matrix, points, cell in matrices:
             for point in points:
                 for fs, alg in columns:
                     for kill in ("exit", "kill"):
@@ -129,7 +133,7 @@ def main() -> int:
              for kill in ("exit", "kill")]
     width = max(map(len, POINTS))
     mark = {"pass": "ok", "n/a": "-"}
-    for matrix, points in (("task", POINTS), ("shards", ss.SHARD_POINTS)):
+    for matrix, points, _ in matrices:
         title = "one task per task instance" if matrix == "task" else "a task instance of 4 shards"
         print(f"\n{title}\n" + " " * width + " | " + " | ".join(heads))
         for point in points:
