@@ -7,8 +7,14 @@ Airflow would (a DAG-run clear for ``exit``, "clear only failed" for ``kill``); 
 row by row (nothing lost, nothing duplicated, old data replaced as overwrite says), and no ``_temporary`` and no
 pending multipart upload may remain. Prints the matrix and the pass count; exits non-zero on any failure.
 
+Then the same for a task instance of several shards (``shards_per_task``, ``tests/protocol/shard_scenario.py``):
+every task-side point x file system x kill style, the worker running one try of a task instance of 4 shards,
+killed after some shards committed (and after the shards of an earlier application attempt were recovered); its
+retry must call the user code of exactly the uncommitted shards, and the job commit hold every row once.
+
 CI runs the same cells through pytest (``tests/protocol/test_crash_matrix.py``, ``tests/s3/test_s3.py``); this
-command is the full cross product. ``--quick`` keeps the local file system only.
+command is the full cross product. ``--quick`` keeps the local file system only; ``--only task`` or ``--only shards``
+runs one of the two matrices.
 """
 
 from __future__ import annotations
@@ -28,22 +34,51 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from airflow_commit_provider.protocol import faults  # noqa: E402
 from airflow_commit_provider.protocol.faults import FAULT_EXIT_CODE  # noqa: E402
 from tests.protocol import scenario as sc  # noqa: E402
+from tests.protocol import shard_scenario as ss  # noqa: E402
 from tests.protocol.test_crash_matrix import MIDWAY, spawn  # noqa: E402
 from tests.support import start_moto  # noqa: E402
 
 POINTS = [p for p in faults.POINTS if not p.startswith("abort_job.")]
 
 
+def new_root(fs: str, base: str) -> str:
+    if fs == "local":
+        return os.path.join(base, uuid.uuid4().hex)
+    import boto3
+
+    bucket = f"m-{uuid.uuid4().hex[:16]}"
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    return f"s3://{bucket}/table"
+
+
+def no_pending_uploads(root: str) -> str | None:
+    if not root.startswith("s3://"):
+        return None
+    import boto3
+
+    pending = boto3.client("s3").list_multipart_uploads(Bucket=root.split("/")[2]).get("Uploads", [])
+    return f"FAIL: {len(pending)} pending uploads left" if pending else None
+
+
+def run_shard_cell(fs: str, algorithm, point: str, kill: str, base: str) -> str:
+    """A task instance of several shards killed at *point*: ``pass``, ``n/a`` or ``FAIL: ...``."""
+    root = new_root(fs, base)
+    work = tempfile.mkdtemp(dir=base)
+    cfg = {"root": root, "work": work, "algorithm": algorithm, "mode": "overwrite"}
+    if algorithm == "magic":
+        cfg["part_size"] = 5 * 2**20
+    try:
+        result = ss.crash_cell(cfg, point, kill)
+        return (no_pending_uploads(root) or result) if result == "pass" else result
+    except Exception as exc:  # a failed cell is reported, the matrix goes on
+        return f"FAIL: {type(exc).__name__}: {exc} {traceback.format_exc(limit=2)[-200:]}"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def run_cell(fs: str, algorithm, point: str, kill: str, base: str) -> str:
     """``pass``, ``n/a`` (the point is not on this algorithm's path) or ``FAIL: ...``."""
-    if fs == "local":
-        root = os.path.join(base, uuid.uuid4().hex)
-    else:
-        import boto3
-
-        bucket = f"m-{uuid.uuid4().hex[:16]}"
-        boto3.client("s3").create_bucket(Bucket=bucket)
-        root = f"s3://{bucket}/table"
+    root = new_root(fs, base)
     work = tempfile.mkdtemp(dir=base)
     cfg = {"root": root, "work": work, "algorithm": algorithm, "mode": "overwrite"}
     if algorithm == "magic":
@@ -65,13 +100,7 @@ def run_cell(fs: str, algorithm, point: str, kill: str, base: str) -> str:
         leftovers = [f for f in sc.all_files(root) if f.startswith("_temporary")]
         if leftovers:
             return f"FAIL: left {leftovers[:3]}"
-        if fs == "s3":
-            import boto3
-
-            pending = boto3.client("s3").list_multipart_uploads(Bucket=root.split("/")[2]).get("Uploads", [])
-            if pending:
-                return f"FAIL: {len(pending)} pending uploads left"
-        return "pass"
+        return no_pending_uploads(root) or "pass"
     except Exception as exc:  # a failed cell is reported, the matrix goes on
         return f"FAIL: {type(exc).__name__}: {exc} {traceback.format_exc(limit=2)[-200:]}"
     finally:
@@ -81,17 +110,21 @@ def run_cell(fs: str, algorithm, point: str, kill: str, base: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="local file system only")
+    parser.add_argument("--only", choices=("task", "shards"), help="one of the two matrices")
     args = parser.parse_args()
     columns = [("local", 1), ("local", 2)] + ([] if args.quick else [("s3", 1), ("s3", 2), ("s3", "magic")])
     moto = None if args.quick else start_moto(os.environ)[0]
     base = tempfile.mkdtemp(prefix="fault-matrix-")
     results: dict[tuple, str] = {}
+    matrices = [(m, p, c) for m, p, c in (("task", POINTS, run_cell), ("shards", ss.SHARD_POINTS, run_shard_cell))
+                if args.only in (None, m)]
     t0 = time.monotonic()
     try:
-        for point in POINTS:
-            for fs, alg in columns:
-                for kill in ("exit", "kill"):
-                    results[(point, fs, alg, kill)] = run_cell(fs, alg, point, kill, base)
+        for matrix, points, cell in matrices:
+            for point in points:
+                for fs, alg in columns:
+                    for kill in ("exit", "kill"):
+                        results[(matrix, point, fs, alg, kill)] = cell(fs, alg, point, kill, base)
     finally:
         shutil.rmtree(base, ignore_errors=True)
         if moto is not None:
@@ -99,11 +132,14 @@ def main() -> int:
     heads = [f"{fs} {'v' + str(alg) if alg != 'magic' else alg} {kill}" for fs, alg in columns
              for kill in ("exit", "kill")]
     width = max(map(len, POINTS))
-    print(" " * width + " | " + " | ".join(heads))
     mark = {"pass": "ok", "n/a": "-"}
-    for point in POINTS:
-        cells = [mark.get(results[(point, fs, alg, kill)], "FAIL") for fs, alg in columns for kill in ("exit", "kill")]
-        print(point.ljust(width) + " | " + " | ".join(c.center(len(h)) for c, h in zip(cells, heads)))
+    for matrix, points, _ in matrices:
+        title = "one task per task instance" if matrix == "task" else "a task instance of 4 shards"
+        print(f"\n{title}\n" + " " * width + " | " + " | ".join(heads))
+        for point in points:
+            cells = [mark.get(results[(matrix, point, fs, alg, kill)], "FAIL") for fs, alg in columns
+                     for kill in ("exit", "kill")]
+            print(point.ljust(width) + " | " + " | ".join(c.center(len(h)) for c, h in zip(cells, heads)))
     passed = sum(v == "pass" for v in results.values())
     na = sum(v == "n/a" for v in results.values())
     failed = {k: v for k, v in results.items() if v.startswith("FAIL")}

@@ -9,7 +9,11 @@
   1,000 schedules should take no more than ~40 minutes);
 - ``--processes N``: N schedules on the local disk whose every protocol call runs in a real worker process,
   SIGKILLed at random fault points or by timers (tests/protocol/test_lifecycle_processes.py), ``--process-steps``
-  steps each (default 30).
+  steps each (default 30);
+- ``--shards N``: N schedules of task instances of several shards each (tests/protocol/shard_schedules.py), every
+  try a real worker process killed, ``os._exit``-ed or paused as a zombie at random task-side fault points, with
+  clears and job commits between; exactly once after each, and no try calls the user code of a committed shard;
+  ``--shard-steps`` steps each (default 14).
 
 Seeds run from ``--seed`` (default 0), so a run is reproducible and a failure is replayed with
 ``python -m tests.schedules --memory 1 --seed <seed>``. Each part is cut into chunks of ``--chunk`` schedules run
@@ -36,11 +40,13 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-PARTS = ("memory", "local", "s3", "processes")
+PARTS = ("memory", "local", "s3", "processes", "shards")
 
 
 def run_chunk(part: str, first: int, count: int, steps: int, report_limit: int = 3) -> dict:
     """One chunk, in this process; returns what the parent aggregates."""
+    if part == "shards":
+        return run_shard_chunk(first, count, steps, report_limit)
     from tests.protocol import lifecycle as lc
 
     kwargs: dict = {}
@@ -72,6 +78,27 @@ def run_chunk(part: str, first: int, count: int, steps: int, report_limit: int =
             "known_seeds": [r.seed for r, _ in tally.known][:10]}
 
 
+def run_shard_chunk(first: int, count: int, steps: int, report_limit: int) -> dict:
+    import tempfile
+
+    from tests.protocol import shard_schedules as sh
+
+    base = tempfile.mkdtemp(prefix="shard-schedules-")
+    started = time.monotonic()
+    failures, reports, total = [], [], 0
+    for seed in range(first, first + count):
+        violation, schedule = sh.run_schedule(seed, base, steps)
+        total += len(schedule.steps)
+        if violation:
+            failures.append({"seed": seed, "kind": violation[:200]})
+            if len(reports) < report_limit:
+                reports.append(f"shards seed {seed} {schedule.cfg}: {violation}\n  " + "\n  ".join(schedule.steps))
+                print(reports[-1], file=sys.stderr, flush=True)
+    return {"part": "shards", "first": first, "schedules": count, "steps": total,
+            "seconds": round(time.monotonic() - started, 1), "failures": failures, "reports": reports,
+            "known": {}, "known_seeds": []}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for part in PARTS:
@@ -79,6 +106,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=40, help="steps per memory/local schedule")
     parser.add_argument("--s3-steps", type=int, default=16, help="steps per S3 schedule")
     parser.add_argument("--process-steps", type=int, default=30, help="steps per real-process schedule")
+    parser.add_argument("--shard-steps", type=int, default=14, help="steps per sharded schedule")
     parser.add_argument("--seed", type=int, default=0, help="first seed")
     parser.add_argument("--jobs", type=int, default=2, help="chunks run at once")
     parser.add_argument("--chunk", type=int, default=250, help="schedules per chunk")
@@ -92,7 +120,8 @@ def main() -> int:
         sys.stdout.flush()
         os._exit(0)   # no interpreter teardown: pyarrow/s3fs threads have nothing left to do
 
-    steps = {"memory": args.steps, "local": args.steps, "s3": args.s3_steps, "processes": args.process_steps}
+    steps = {"memory": args.steps, "local": args.steps, "s3": args.s3_steps, "processes": args.process_steps,
+             "shards": args.shard_steps}
     by_part = [[(part, first, min(args.chunk, getattr(args, part) - (first - args.seed)), steps[part])
                 for first in range(args.seed, args.seed + getattr(args, part), args.chunk)] for part in PARTS]
     # S3 first, then round robin: the slowest part is never left to run alone at the end

@@ -27,7 +27,8 @@ from typing import Any
 from airflow.sdk.bases.decorator import DecoratedOperator, task_decorator_factory
 from airflow.sdk.definitions.xcom_arg import PlainXComArg
 
-from ..operators.commit import CommitWriteOperator, check_user_callables
+from ..operators.commit import CommitWriteOperator, check_user_callables, check_write_shards
+from ..operators.shards import SHARD_KWARGS
 from ..operators.stage import StageArgs, build_stage
 
 
@@ -35,7 +36,9 @@ class CommitWriteDecoratedOperator(DecoratedOperator, CommitWriteOperator):
     """The write task of a ``@task.commit_stage`` stage: the decorated function, called like any TaskFlow task.
 
     A function with a ``writer`` parameter is a ``writer_callable`` (it receives the task attempt's writer and
-    writes itself); any other is a ``python_callable`` (returns or yields pyarrow data).
+    writes itself); any other is a ``python_callable`` (returns or yields pyarrow data). The shard's keyword
+    arguments it names (``shard_index``, ``shards_per_task``, ``task_number``) are given at run time, as the
+    writer is.
     """
 
     custom_operator_name = "@task.commit_stage"
@@ -50,8 +53,10 @@ class CommitWriteDecoratedOperator(DecoratedOperator, CommitWriteOperator):
         upstream = {"python_callable": None if as_writer else python_callable,
                     "writer_callable": python_callable if as_writer else None,
                     "op_args": op_args, "op_kwargs": op_kwargs}
-        # DecoratedOperator checks the call binds to the signature; the writer is given at run time
-        bound = {**(op_kwargs or {}), "writer": None} if as_writer else op_kwargs
+        # DecoratedOperator checks the call binds to the signature; the writer and the shard are given at run time
+        given = inspect.signature(python_callable).parameters
+        runtime = [name for name in ("writer", *SHARD_KWARGS) if name in given and (name != "writer" or as_writer)]
+        bound = {**dict.fromkeys(runtime), **(op_kwargs or {})} if runtime else op_kwargs
         super().__init__(python_callable=python_callable, op_args=op_args, op_kwargs=bound,
                          kwargs_to_upstream=upstream, **kwargs)
 
@@ -108,7 +113,10 @@ class CommitStageTask:
         self.group_id = group_id
         self.stage_params = dict(stage_params)
         self.partial_kwargs = dict(partial_kwargs or {})
-        self.stage = StageArgs.checked(f"@task.commit_stage on {function.__name__}()", **self.stage_params)
+        owner = f"@task.commit_stage on {function.__name__}()"
+        self.stage = StageArgs.checked(owner, **self.stage_params)
+        check_write_shards({"python_callable": function,
+                            "shards_per_task": self.stage.common.get("shards_per_task", 1)}, owner)
         self.__name__ = function.__name__
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
@@ -158,16 +166,19 @@ def commit_stage_task(python_callable: Callable[..., Any] | None = None, *, targ
                       commit_threads: int | None = None, ensure_target: bool = False,
                       purge_on_failure: bool = False, write_retries: int | None = None,
                       write_kwargs: Mapping[str, Any] | None = None, outlets: Sequence[Any] = (),
-                      durable: bool = True, job_key: str | None = None) -> Any:
+                      durable: bool = True, job_key: str | None = None, shards_per_task: int = 1,
+                      shard_threads: int | None = None) -> Any:
     """``@task.commit_stage(target=..., ...)``: the parameters of
     :func:`~airflow_commit_provider.operators.stage.commit_stage`, but for the callable (the decorated function)
     and its arguments (given by calling or mapping it); *group_id* defaults to the function's name (the job name:
     job id = dag id + run id, or *job_key*, + group id). Every parameter is checked here, where the DAG is parsed.
+    With *shards_per_task* the function is called once per shard and names ``shard_index`` to tell them apart.
     """
     params = {"target": target, "conn_id": conn_id, "algorithm": algorithm, "mode": mode,
               "partition_by": partition_by, "commit_threads": commit_threads, "ensure_target": ensure_target,
               "purge_on_failure": purge_on_failure, "write_retries": write_retries, "write_kwargs": write_kwargs,
-              "outlets": outlets, "durable": durable, "job_key": job_key}
+              "outlets": outlets, "durable": durable, "job_key": job_key, "shards_per_task": shards_per_task,
+              "shard_threads": shard_threads}
 
     def decorate(function: Callable[..., Any]) -> CommitStageTask:
         check_user_callables(function, None, "@task.commit_stage")

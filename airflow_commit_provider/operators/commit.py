@@ -9,9 +9,11 @@ How Airflow maps onto Hadoop's model (see the README for the full table):
   run (which re-runs setup) is the next one. "Clear only failed tasks" re-runs neither setup nor teardown, so the
   retried writes and commit continue in the same application attempt: the protocol reads the current attempt
   from storage, never from XCom (XComs are wiped at every try);
-- task: one mapped write task instance (task number = ``map_index``; 0 when unmapped);
+- task: one mapped write task instance (task number = ``map_index``; 0 when unmapped); with
+  ``shards_per_task=N``, N tasks per task instance: shard ``s`` of map index ``i`` is task ``i * N + s``
+  (``shards.py``);
 - task attempt: one Airflow try (attempt number = ``ti.try_number``, unique per try, so a zombie try and its
-  successor never share a work directory).
+  successor never share a work directory); every shard of a try has that attempt number.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from ..links.commit_status import CommitStatusLink, CommitTargetLink
 from ..protocol import CommitConfig, CommitDenied, FileOutputCommitter, InvalidOutputSpec, run_task_attempt
 from ..protocol.config import check_threads, normalize_algorithm, partition_columns
 from ..protocol.modes import check_mode
-from .failures import fail_fast_on_deterministic_errors
+from .failures import DETERMINISTIC_ERRORS, fail_fast_on_deterministic_errors
 from .lineage import CommitLineageMixin
 from .setup_context import SetupContext
+from .shards import check_shard_callable, check_shards, run_shards
 from .summary import CommitSummary
 
 #: Task state store key holding a write task's commit outcome (Airflow 3.3+: the task instance's "Storage" tab).
@@ -87,7 +90,7 @@ def _call(func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, An
 
 #: The parameters every operator of a stage takes (:class:`CommitBaseOperator`'s own).
 SHARED_ARGS = ("target", "conn_id", "algorithm", "mode", "partition_by", "commit_threads", "job_name", "durable",
-               "job_key")
+               "job_key", "shards_per_task")
 
 
 def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
@@ -116,6 +119,11 @@ def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
     if "job_key" in args and args["job_key"] is not None and not _text(args["job_key"]):
         raise bad("job_key", "give a non-empty string (a template such as '{{ data_interval_start }}'), or None: "
                              "the run id")
+    if "shards_per_task" in args:
+        try:
+            check_shards(args["shards_per_task"], None)
+        except InvalidOutputSpec as exc:
+            raise InvalidOutputSpec(f"{owner}: {exc} (protocol tasks per write task instance; 1: one)") from None
     if "durable" in args and not isinstance(args["durable"], bool):
         raise bad("durable", "give True (the default: a committed output survives a power cut) or False (a "
                              "scratch target on a local disk: nothing is fsynced)")
@@ -142,6 +150,7 @@ class _CheckedPartial:
             check_commit_args({k: v for k, v in kwargs.items() if k in SHARED_ARGS}, owner)
             if issubclass(cls, CommitWriteOperator):
                 check_user_callables(kwargs.get("python_callable"), kwargs.get("writer_callable"), owner)
+                check_write_shards(kwargs, owner)
             return partial(**kwargs)
 
         return checked_partial
@@ -163,6 +172,8 @@ class CommitBaseOperator(BaseOperator):
         one job, so a second run replaces the first's files (a new generation) instead of adding them again
     :param durable: on a local disk, fsync what a committed output needs to survive a power cut (default);
         ``False`` for scratch targets. Object stores are durable per request either way.
+    :param shards_per_task: protocol tasks per write task instance (default 1): the write runs them as shards
+        (``shards.py``), the commit expects ``N`` per write task instance, the setup records it
 
     Every one is validated at construction, and by ``.partial(...)`` for a mapped operator (whose constructor runs
     only when its tasks run), so a bad value fails the DAG file's import with
@@ -180,10 +191,11 @@ class CommitBaseOperator(BaseOperator):
     def __init__(self, *, target: Any, conn_id: str | None = None, algorithm: int | str = 1, mode: str = "error",
                  partition_by: Collection[str] | str = (), commit_threads: int | None = None,
                  job_name: str | None = None, durable: bool = True, job_key: str | None = None,
-                 **kwargs: Any) -> None:
+                 shards_per_task: int = 1, **kwargs: Any) -> None:
         args = check_commit_args({"target": target, "conn_id": conn_id, "algorithm": algorithm, "mode": mode,
                                   "partition_by": partition_by, "commit_threads": commit_threads,
-                                  "job_name": job_name, "durable": durable, "job_key": job_key},
+                                  "job_name": job_name, "durable": durable, "job_key": job_key,
+                                  "shards_per_task": shards_per_task},
                                  f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})")
         super().__init__(**kwargs)
         self.target = args["target"]
@@ -195,6 +207,7 @@ class CommitBaseOperator(BaseOperator):
         self.job_name = args["job_name"]
         self.durable = args["durable"]
         self.job_key = args["job_key"]
+        self.shards_per_task = args["shards_per_task"]
 
     def _job_name(self) -> str:
         if self.job_name:
@@ -233,6 +246,8 @@ class CommitBaseOperator(BaseOperator):
         labels = {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "job_name": self._job_name()}
         if self.job_key is not None:
             labels["job_key"] = self._job_key(context)
+        if self.shards_per_task != 1:
+            labels["shards_per_task"] = self.shards_per_task
         config = CommitConfig(algorithm=self.algorithm, mode=self.mode, partition_by=self.partition_by,
                               commit_threads=self.commit_threads, labels=labels, durable=self.durable)
         return CommitStorageHook(self.conn_id).make_committer(self.target, self.job_id(context), config)
@@ -257,7 +272,7 @@ class CommitSetupOperator(CommitBaseOperator):
         setup = SetupContext.from_job(job, job_name=self._job_name(), target=committer.store.url(),
                                       conn_id=self.conn_id, algorithm=committer.algorithm_name,
                                       algorithm_value=self.algorithm, mode=committer.mode,
-                                      partition_by=self.partition_by,
+                                      partition_by=self.partition_by, shards_per_task=self.shards_per_task,
                                       clear_number=getattr(context.get("dag_run"), "clear_number", None),
                                       setup_try=context["ti"].try_number)
         self.log.info("job %s: generation %s, application attempt %s (%s) at %s", job.job_id, job.generation,
@@ -276,6 +291,14 @@ class CommitWriteOperator(CommitBaseOperator):
     If the task is already committed (by an earlier try, or by an earlier application attempt) the callable is
     **not** called: the recorded summary is returned. Use ``.partial(...).expand(op_kwargs=[...])`` for many tasks
     (task number = map index).
+
+    With ``shards_per_task=N`` the task instance runs N protocol tasks (shards, ``shards.py``), at most
+    *shard_threads* at once (default ``min(N, 4)``): the callable is called once per shard not committed yet, with
+    the keyword arguments it names of ``shard_index`` (0 .. N-1), ``shards_per_task`` (N) and ``task_number``
+    (``map_index * N + shard_index``, unique in the stage); it must name ``shard_index`` or ``task_number`` (or take
+    ``**kwargs``), or every shard would write the same rows. With N = 1 it receives them too (0, 1, the map
+    index) unless its own arguments have those names. A shard that fails does not stop the others; the try
+    fails after they finished, and its retry runs only the shards that did not commit.
     """
 
     template_fields = (*CommitBaseOperator.template_fields, "op_args", "op_kwargs")
@@ -284,11 +307,14 @@ class CommitWriteOperator(CommitBaseOperator):
     def __init__(self, *, python_callable: Callable[..., Any] | None = None,
                  writer_callable: Callable[..., Any] | None = None, op_args: Sequence[Any] | None = None,
                  op_kwargs: Mapping[str, Any] | None = None, compression: str = "snappy",
-                 max_rows_per_file: int | None = None, **kwargs: Any) -> None:
+                 max_rows_per_file: int | None = None, shard_threads: int | None = None, **kwargs: Any) -> None:
         # before the base class adds the task to the DAG: a refused operator is not left half-built there
-        check_user_callables(python_callable, writer_callable,
-                             f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})")
+        owner = f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})"
+        check_user_callables(python_callable, writer_callable, owner)
+        check_write_shards({**kwargs, "python_callable": python_callable, "writer_callable": writer_callable,
+                            "shard_threads": shard_threads}, owner)
         super().__init__(**kwargs)
+        self.shard_threads = shard_threads
         self.python_callable = python_callable
         self.writer_callable = writer_callable
         self.op_args = list(op_args or [])
@@ -300,20 +326,26 @@ class CommitWriteOperator(CommitBaseOperator):
         with fail_fast_on_deterministic_errors():
             return self._write(context)
 
+    def _produce(self, call_kwargs: Mapping[str, Any], writer: Any) -> None:
+        if self.writer_callable is not None:
+            _call(self.writer_callable, self.op_args, {**call_kwargs, "writer": writer})
+            return
+        result = _call(self.python_callable, self.op_args, call_kwargs)  # type: ignore[arg-type]
+        if result is not None:
+            writer.write(_to_arrow(result))
+
     def _write(self, context: Mapping[str, Any]) -> dict[str, Any]:
         ti = context["ti"]
         task = max(ti.map_index if ti.map_index is not None else -1, 0)
         attempt = ti.try_number
+        if self.shards_per_task != 1:
+            return self._write_shards(context, task, attempt, {**context, **self.op_kwargs})
+        # one shard: the same callable runs at any shards_per_task (the user's own arguments of those names win)
+        call_kwargs = {"shard_index": 0, "shards_per_task": 1, "task_number": task, **context, **self.op_kwargs}
         committer = self.committer(context)
-        call_kwargs = {**context, **self.op_kwargs}
 
         def produce(writer: Any) -> None:
-            if self.writer_callable is not None:
-                _call(self.writer_callable, self.op_args, {**call_kwargs, "writer": writer})
-                return
-            result = _call(self.python_callable, self.op_args, call_kwargs)  # type: ignore[arg-type]
-            if result is not None:
-                writer.write(_to_arrow(result))
+            self._produce(call_kwargs, writer)
 
         try:
             outcome = run_task_attempt(committer, task, attempt, produce, compression=self.compression,
@@ -327,6 +359,36 @@ class CommitWriteOperator(CommitBaseOperator):
                       summary["app_attempt"], summary["recovered_from_app"], summary["files"], summary["rows"])
         _save_state(context, summary)
         return summary
+
+    def _write_shards(self, context: Mapping[str, Any], map_index: int, attempt: int,
+                      call_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        first = self.committer(context)   # the others share its store (and the connection behind it)
+        n = self.shards_per_task
+
+        def produce(shard: int, task: int, writer: Any) -> None:
+            self._produce({**call_kwargs, "shard_index": shard, "shards_per_task": n, "task_number": task}, writer)
+
+        outcome = run_shards(lambda: FileOutputCommitter(first.store, first.job_id, first.config), map_index, n,
+                             attempt, produce, threads=self.shard_threads, compression=self.compression,
+                             max_rows_per_file=self.max_rows_per_file, fatal=DETERMINISTIC_ERRORS)
+        summary = outcome.to_dict()
+        self.log.info("task instance %s attempt %s: %s shards (tasks %s-%s): %s; ran the callable for shards %s; "
+                      "%s files, %s rows", map_index, attempt, n, summary["tasks"][0], summary["tasks"][-1],
+                      summary["statuses"], summary["ran_shards"] or "none", summary["files"], summary["rows"])
+        _save_state(context, summary)
+        return summary
+
+
+def check_write_shards(kwargs: Mapping[str, Any], owner: str) -> None:
+    """A write's ``shards_per_task`` and ``shard_threads``, and that its callable can tell its shards apart."""
+    n = kwargs.get("shards_per_task", 1)
+    try:
+        check_shards(n, kwargs.get("shard_threads"))
+    except InvalidOutputSpec as exc:
+        raise InvalidOutputSpec(f"{owner}: {exc}") from None
+    for name in ("python_callable", "writer_callable"):
+        if callable(kwargs.get(name)):
+            check_shard_callable(kwargs[name], n, owner)
 
 
 def _to_arrow(result: Any) -> Any:
@@ -360,7 +422,7 @@ class CommitJobOperator(CommitLineageMixin, CommitBaseOperator):
     :class:`~.summary.CommitSummary` as its XCom dict (rows, files, bytes, partitions, recovered tasks, timings).
 
     The expected tasks are *expected_tasks* when given, otherwise the number of task instances of *write_task_id*
-    in this DAG run (a mapped write expanded to zero tasks commits an empty output).
+    in this DAG run (a mapped write expanded to zero tasks commits an empty output), times ``shards_per_task``.
 
     The records the commit renamed into ``_temporary/_trash`` are deleted by the stage's teardown, which runs next;
     with *teardown_task_id* (``commit_stage`` sets it) a commit whose teardown already ran in this run ("clear only
@@ -382,11 +444,11 @@ class CommitJobOperator(CommitLineageMixin, CommitBaseOperator):
 
     def _expected(self, context: Mapping[str, Any]) -> int:
         if self.expected_tasks is not None:
-            return int(self.expected_tasks)
+            return int(self.expected_tasks) * self.shards_per_task
         ti = context["ti"]
         states = ti.get_task_states(dag_id=context["dag"].dag_id, task_ids=[self.write_task_id],
                                     run_ids=[context["run_id"]])
-        return count_write_tasks(states.get(context["run_id"], {}), self.write_task_id)
+        return count_write_tasks(states.get(context["run_id"], {}), self.write_task_id) * self.shards_per_task
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         with fail_fast_on_deterministic_errors():

@@ -75,6 +75,9 @@ class SetupContext:
     #: the DAG run's clear number (0 for its first run) and the setup task's try
     clear_number: int | None = None
     setup_try: int | None = None
+    #: protocol tasks per write task instance (shards): task ``i * N + s`` is shard ``s`` of map index ``i``.
+    #: Written only when not 1, so an unsharded stage's value is the shape earlier versions wrote (and read)
+    shards_per_task: int = 1
 
     def __post_init__(self) -> None:
         _check(_text(self.job_id), "job_id", self.job_id, "a non-empty string")
@@ -95,6 +98,8 @@ class SetupContext:
         for key in ("generation", "app_attempt", "first_app_attempt", "clear_number", "setup_try"):
             value = getattr(self, key)
             _check(_count(value), key, value, "a non-negative integer or None")
+        _check(_count(self.shards_per_task) and self.shards_per_task is not None and self.shards_per_task >= 1,
+               "shards_per_task", self.shards_per_task, "a positive integer")
 
     def config(self) -> CommitConfig:
         """The job's configuration as the setup task set it up (what rebuilding its committer needs)."""
@@ -135,8 +140,10 @@ class SetupContext:
 
     def to_xcom(self) -> dict[str, Any]:
         """The JSON dict the setup task returns: the keys (and their order) every earlier version wrote, the
-        marker after the job's fields, and the version key last."""
+        marker after the job's fields, ``shards_per_task`` when not 1, and the version key last."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.shards_per_task == 1:   # an unsharded stage's value is the shape every earlier version wrote
+            del values["shards_per_task"]
         return {**{key: values.pop(key) for key in _JOB_FIELDS}, SETUP_MARKER: True, **values,
                 "partition_by": list(self.partition_by), VERSION_KEY: VERSION}
 

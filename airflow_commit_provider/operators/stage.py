@@ -19,6 +19,7 @@ from .commit import (
     CommitWriteOperator,
     check_commit_args,
     check_user_callables,
+    check_write_shards,
 )
 from .ensure_target import EnsureTargetOperator
 
@@ -30,7 +31,8 @@ def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., A
                  partition_by: Collection[str] | str = (), commit_threads: int | None = None,
                  ensure_target: bool = False, purge_on_failure: bool = False, write_retries: int | None = None,
                  write_kwargs: Mapping[str, Any] | None = None, outlets: Sequence[Any] = (),
-                 durable: bool = True, job_key: str | None = None) -> TaskGroup:
+                 durable: bool = True, job_key: str | None = None, shards_per_task: int = 1,
+                 shard_threads: int | None = None) -> TaskGroup:
     """Build the stage as a TaskGroup named *group_id* (which is also the job name).
 
     With *expand_op_kwargs* (a list of dicts, or an XComArg resolving to one) the write is mapped: one task per
@@ -39,6 +41,9 @@ def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., A
     ``durable=False`` fsyncs nothing on a local disk (a scratch target a power cut may lose). *job_key*
     (templated) names the job across runs: default the run id; ``"{{ data_interval_start }}"`` makes every run of
     one data interval the same job, so a second run replaces the first's files instead of adding them again.
+    ``shards_per_task=N`` makes every write task instance run N protocol tasks (shards, at most *shard_threads* at
+    once): the callable is called once per shard with ``shard_index`` (0 .. N-1), shard ``s`` of map index ``i``
+    is task ``i * N + s``, and a retry runs only the shards that did not commit (``shards.py``).
 
     Example::
 
@@ -52,7 +57,10 @@ def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., A
     stage = StageArgs.checked(owner, target=target, conn_id=conn_id, algorithm=algorithm, mode=mode,
                               partition_by=partition_by, commit_threads=commit_threads, durable=durable,
                               job_key=job_key, ensure_target=ensure_target, purge_on_failure=purge_on_failure,
-                              write_retries=write_retries, write_kwargs=write_kwargs, outlets=outlets)
+                              write_retries=write_retries, write_kwargs=write_kwargs, outlets=outlets,
+                              shards_per_task=shards_per_task, shard_threads=shard_threads)
+    check_write_shards({"python_callable": python_callable, "writer_callable": writer_callable,
+                        "shards_per_task": shards_per_task}, owner)
 
     def write(args: dict[str, Any]) -> Any:
         args = {"python_callable": python_callable, "writer_callable": writer_callable, **args}
@@ -69,8 +77,10 @@ class StageArgs:
     ``build_stage`` hands them to the operators."""
 
     def __init__(self, common: dict[str, Any], ensure_target: bool, purge_on_failure: bool,
-                 write_retries: int | None, write_kwargs: Mapping[str, Any] | None, outlets: Sequence[Any]) -> None:
+                 write_retries: int | None, write_kwargs: Mapping[str, Any] | None, outlets: Sequence[Any],
+                 shard_threads: int | None = None) -> None:
         self.common = common
+        self.shard_threads = shard_threads
         self.ensure_target = ensure_target
         self.purge_on_failure = purge_on_failure
         self.write_retries = write_retries
@@ -80,15 +90,19 @@ class StageArgs:
     @classmethod
     def checked(cls, owner: str, *, target: Any, ensure_target: bool = False, purge_on_failure: bool = False,
                 write_retries: int | None = None, write_kwargs: Mapping[str, Any] | None = None,
-                outlets: Sequence[Any] = (), **shared: Any) -> StageArgs:
+                outlets: Sequence[Any] = (), shard_threads: int | None = None, **shared: Any) -> StageArgs:
         common = check_commit_args({"target": target, **shared}, owner)
-        return cls(common, ensure_target, purge_on_failure, write_retries, write_kwargs, outlets)
+        check_write_shards({"shards_per_task": common.get("shards_per_task", 1), "shard_threads": shard_threads},
+                           owner)
+        return cls(common, ensure_target, purge_on_failure, write_retries, write_kwargs, outlets, shard_threads)
 
     def write_args(self) -> dict[str, Any]:
         """What the write task gets besides its callable and its arguments."""
         args = {**self.common, **self.write_kwargs}
         if self.write_retries is not None:
             args["retries"] = self.write_retries
+        if self.shard_threads is not None:
+            args["shard_threads"] = self.shard_threads
         return args
 
 

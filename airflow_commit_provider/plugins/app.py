@@ -226,11 +226,12 @@ def run_version(dag_id: str, run_id: str) -> Version:
 
 @app.get("/api/dags/{dag_id}/runs/{run_id}/stages/{setup_task_id}/tasks", dependencies=DAG_AUTH)
 def stage_tasks(dag_id: str, run_id: str, setup_task_id: str, status: TaskStatus | None = None,
-                task: int | None = None, offset: int = Query(0, ge=0), limit: int = Query(50, ge=1, le=500),
-                version: str | None = None) -> TaskPage:
-    """One page of a stage's task table, filtered by status (and to one task number with ``task``)."""
+                task: int | None = None, map_index: int | None = None, offset: int = Query(0, ge=0),
+                limit: int = Query(50, ge=1, le=500), version: str | None = None) -> TaskPage:
+    """One page of a stage's task table, filtered by status (and to one task number with ``task``, to the
+    shards of one write task instance with ``map_index``)."""
     model = CACHE.get(dag_id, run_id, version)
-    return _stage(model, setup_task_id).page(model.summary.version, status, offset, limit, task)
+    return _stage(model, setup_task_id).page(model.summary.version, status, offset, limit, task, map_index)
 
 
 @app.get("/api/dags/{dag_id}/runs/{run_id}/stages/{setup_task_id}/files", dependencies=DAG_AUTH)

@@ -28,9 +28,14 @@ MAX_PAGE = 500
 
 
 class TaskRow(BaseModel):
-    """One task of a stage (a mapped write task instance, or the unmapped write task as task 0)."""
+    """One task of a stage (a mapped write task instance, or the unmapped write task as task 0; with
+    ``shards_per_task=N``, shard ``task % N`` of the write task instance ``task // N``)."""
 
     task: int
+    #: the write task instance (map index; 0 unmapped) that runs the task, and the task's shard in it (``None``
+    #: when the stage has one task per task instance)
+    map_index: int
+    shard: int | None = None
     status: TaskStatus
     why: str
     airflow_state: str | None = None
@@ -99,6 +104,8 @@ class Stage(BaseModel):
     #: algorithm v2: task outputs became visible at task commit
     partial_output_visible: bool = False
     files_total: int = 0
+    #: protocol tasks (shards) per write task instance
+    shards_per_task: int = 1
 
 
 class RunStatus(BaseModel):
@@ -204,17 +211,26 @@ def _per_task_files(files: Sequence[Mapping[str, Any]]) -> dict[int, dict[str, A
     return out
 
 
-def task_rows(job: Mapping[str, Any], writes: Mapping[int, TaskInstanceRow]) -> list[TaskRow]:
-    """Per task number: its status and why, from the storage's records and the Airflow task instance."""
+def shards_per_task(job: Mapping[str, Any]) -> int:
+    """The stage's shards per write task instance, as its job record's labels say (the write operator puts it
+    there); 1 for a stage without, or a record that cannot say."""
+    n = (job.get("labels") or {}).get("shards_per_task", 1)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
+
+
+def task_rows(job: Mapping[str, Any], writes: Mapping[int, TaskInstanceRow], shards: int = 1) -> list[TaskRow]:
+    """Per task number: its status and why, from the storage's records and the Airflow task instance that runs
+    it (with *shards* per task instance: task ``i * shards + s`` is shard ``s`` of map index ``i``)."""
     from_files = _per_task_files([f for f in job.get("files") or [] if isinstance(f, dict)])
     kept = set((job.get("aborted") or {}).get("kept_committed_tasks") or [])
     v2 = str(job.get("algorithm")) == "2"
     state = job.get("state")
     tasks = {t["task"]: t for t in job.get("tasks") or []}
     out = []
-    for n in sorted(set(tasks) | set(writes)):
+    for n in sorted(set(tasks) | {i * shards + s for i in writes for s in range(shards)}):
         t = tasks.get(n, {})
-        ti = writes.get(n)
+        map_index, shard = divmod(n, shards)
+        ti = writes.get(map_index)
         ti_state = ti.state if ti else None
         failed = list(t.get("failed_attempts") or [])
         aid = committed_attempt(t)
@@ -239,7 +255,8 @@ def task_rows(job: Mapping[str, Any], writes: Mapping[int, TaskInstanceRow]) -> 
                                                            "up_for_retry", "restarting", None):
             status, why = "running", "a try is set up and has no fate yet: it is writing"
         elif ti_state in ("failed", "upstream_failed"):
-            status, why = "failed", "the Airflow task failed; no attempt of it committed"
+            status, why = "failed", ("the Airflow task failed; no attempt of it committed" if shards == 1 else
+                                     "the Airflow task instance failed; no attempt of this shard committed")
         elif ti_state == "up_for_retry":
             status, why = "retrying", "a try failed; Airflow runs the next try, which fences the failed one first"
         elif t.get("unfinished_attempts"):
@@ -249,7 +266,8 @@ def task_rows(job: Mapping[str, Any], writes: Mapping[int, TaskInstanceRow]) -> 
             status, why = "failed", "no attempt committed" + _fenced(failed)
         else:
             status, why = "waiting", "not started yet"
-        out.append(TaskRow(task=n, status=status, why=why, airflow_state=ti_state,
+        out.append(TaskRow(task=n, map_index=map_index, shard=shard if shards > 1 else None, status=status, why=why,
+                           airflow_state=ti_state,
                            try_number=ti.try_number if ti else None, committed_attempt=aid,
                            recovered_from_app=t.get("recovered_from_app"),
                            files=t.get("files", 0) if aid else 0, rows=t.get("rows") if aid else 0,
@@ -338,7 +356,8 @@ class StageModel:
     def __init__(self, setup_task_id: str, stage_name: str, job: Mapping[str, Any], snapshot: RunSnapshot,
                  commit_summary: Mapping[str, Any] | None) -> None:
         roles = stage_roles(setup_task_id, snapshot.task_instances)
-        self.rows = task_rows(job, roles["writes"])
+        shards = shards_per_task(job)
+        self.rows = task_rows(job, roles["writes"], shards)
         self.files = [f for f in job.get("files") or [] if isinstance(f, dict)]
         counts = Counter(r.status for r in self.rows)
         aborted = job.get("aborted")
@@ -357,10 +376,15 @@ class StageModel:
             aborted=Abort(at=aborted.get("at"), kept_tasks=list(aborted.get("kept_committed_tasks") or []),
                           visible_files_removed=aborted.get("visible_files_removed") or 0) if aborted else None,
             next_steps=next_steps(job, self.rows, roles.get("commit")),
-            partial_output_visible=str(job.get("algorithm")) == "2", files_total=len(self.files))
+            partial_output_visible=str(job.get("algorithm")) == "2", files_total=len(self.files),
+            shards_per_task=shards)
 
-    def page(self, version: str, status: str | None, offset: int, limit: int, task: int | None) -> TaskPage:
-        rows = [r for r in self.rows if (status is None or r.status == status) and (task is None or r.task == task)]
+    def page(self, version: str, status: str | None, offset: int, limit: int, task: int | None,
+             map_index: int | None = None) -> TaskPage:
+        """The rows of *status* (all: ``None``), of one *task*, or of one write task instance (*map_index*: its
+        shards)."""
+        rows = [r for r in self.rows if (status is None or r.status == status) and (task is None or r.task == task)
+                and (map_index is None or r.map_index == map_index)]
         limit = max(1, min(limit, MAX_PAGE))
         return TaskPage(version=version, setup_task_id=self.summary.setup_task_id, status=status, total=len(rows),
                         offset=offset, limit=limit, items=rows[offset:offset + limit])

@@ -258,6 +258,9 @@ def test_setup_context_round_trip():
     assert ctx.algorithm_value == "magic" and ctx.partition_by == ("day",)
     assert SetupContext.from_xcom(ctx.to_xcom()) == ctx
     assert SetupContext.from_xcom(json.loads(json.dumps(ctx.to_xcom()))) == ctx
+    sharded = SetupContext.from_xcom({**ctx.to_xcom(), "shards_per_task": 10})
+    assert sharded.shards_per_task == 10 and SetupContext.from_xcom(sharded.to_xcom()) == sharded
+    assert ctx.shards_per_task == 1 and "shards_per_task" not in ctx.to_xcom()
     with pytest.raises(AttributeError):
         ctx.mode = "append"  # type: ignore[misc]
 
@@ -281,6 +284,7 @@ def test_setup_context_tolerates_what_it_does_not_need():
     ({"generation": -1}, "generation must be a non-negative integer or None"),
     ({"setup_try": True}, "setup_try must be a non-negative integer or None"),
     ({"conn_id": 5}, "conn_id must be a string or None"),
+    ({"shards_per_task": 0}, "shards_per_task must be a positive integer"),
 ])
 def test_setup_context_refuses_a_bad_value_naming_it(change, why):
     with pytest.raises(InvalidSetupContext, match="setup context") as raised:

@@ -247,3 +247,32 @@ def test_one_model_build_per_run_at_a_time(tmp_path):
     assert cache.get("d", "r", "v2").summary.version == "v2"   # a page's follow-up request: cached, no version read
     assert cache.get("d", "r").summary.version == "v3"
     assert builds == ["v1", "v2", "v3"]
+
+
+def test_the_view_shows_the_shards_of_each_task_instance(tmp_path):
+    """Three shards per task instance: every task row names its task instance and shard (task = map index x 3 +
+    shard); a task instance whose try failed after two shards committed shows those committed and the third
+    failed; its page lists its three shards."""
+    from airflow_commit_provider.operators.shards import ShardsFailed, run_shards
+
+    c = _committer(tmp_path / "out", labels={"shards_per_task": 3})
+    c.setup_job()
+
+    def produce(shard, task, writer):
+        if task == 5:
+            raise RuntimeError("shard 2 of task instance 1 fails")
+        writer.write(sc.task_table(task, 1))
+
+    run_shards(lambda: c, 0, 3, 1, produce, threads=1)
+    with pytest.raises(ShardsFailed):
+        run_shards(lambda: c, 1, 3, 1, produce, threads=1)
+    stage = _stage(c, _writes(["success", "failed"]), run_state="failed")
+    assert stage.summary.shards_per_task == 3 and stage.summary.tasks_total == 6
+    assert [(r.task, r.map_index, r.shard, r.status) for r in stage.rows] == [
+        (0, 0, 0, "committed"), (1, 0, 1, "committed"), (2, 0, 2, "committed"),
+        (3, 1, 0, "committed"), (4, 1, 1, "committed"), (5, 1, 2, "failed")]
+    assert "no attempt of this shard committed" in stage.rows[5].why
+    mine = stage.page("v", None, 0, 50, None, map_index=1)
+    assert [r.task for r in mine.items] == [3, 4, 5]
+    unsharded = _stage(_committer(tmp_path / "plain"))
+    assert unsharded.summary.shards_per_task == 1

@@ -176,34 +176,40 @@ class Deployment:
                  json={"dag_run_id": run_id, "only_failed": only_failed, "dry_run": False, "reset_dag_runs": True})
 
 
-@pytest.fixture(scope="session")
-def deployment():
+def make_deployment(dags_folder: Path = DAGS_FOLDER, **env: str) -> Deployment:
+    """A deployment (not started) on fresh directories, reading *dags_folder*, with *env* over the defaults (a
+    benchmark raises ``AIRFLOW__CORE__PARALLELISM``)."""
     for d in (HOME, ROOT, WORK):
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
     (HOME / "openlineage").mkdir()
     port = free_port()
-    env = {**os.environ,
-           "AIRFLOW_HOME": str(HOME),
-           "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
-           "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{HOME}/airflow.db",
-           "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-           "AIRFLOW__CORE__PARALLELISM": "4",
-           "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-           "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-           "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-           "AIRFLOW__API_AUTH__JWT_SECRET": "commit-provider-tests-only-" + os.urandom(8).hex(),
-           "AIRFLOW__API__SECRET_KEY": "commit-provider-tests-only-" + os.urandom(8).hex(),
-           "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-           "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
-           # OpenLineage's file transport: one file per event (safe across the workers' processes)
-           "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "append": False,
-                                                          "log_file_path": str(HOME / "openlineage" / "event")}),
-           "COMMIT_TEST_ROOT": str(ROOT),
-           "COMMIT_TEST_WORK": str(WORK)}
-    env.pop("COMMIT_PROVIDER_FAULTS", None)
-    dep = Deployment(port, env)
+    defaults = {**os.environ,
+                "AIRFLOW_HOME": str(HOME),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{HOME}/airflow.db",
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__PARALLELISM": "4",
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+                "AIRFLOW__API_AUTH__JWT_SECRET": "commit-provider-tests-only-" + os.urandom(8).hex(),
+                "AIRFLOW__API__SECRET_KEY": "commit-provider-tests-only-" + os.urandom(8).hex(),
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+                "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+                # OpenLineage's file transport: one file per event (safe across the workers' processes)
+                "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "append": False,
+                                                               "log_file_path": str(HOME / "openlineage" / "event")}),
+                "COMMIT_TEST_ROOT": str(ROOT),
+                "COMMIT_TEST_WORK": str(WORK)}
+    defaults.pop("COMMIT_PROVIDER_FAULTS", None)
+    return Deployment(port, {**defaults, **env})
+
+
+@pytest.fixture(scope="session")
+def deployment():
+    dep = make_deployment()
     try:
         dep.start()
         yield dep

@@ -1,7 +1,8 @@
 """Commit status in the Airflow UI, against the real deployment: the plugin's routes behind Airflow's auth, the
 task state store, the extra links, and the view (a React app rendered inside Airflow's own page, no iframe) in a
 real browser (Debian's Chromium driven by Playwright), in the UI's light and dark modes: a committed, a failed, a
-v2-aborted, a running and a recovered stage, a mapped and an unmapped task instance, a run without a stage, a
+v2-aborted, a running and a recovered stage, a mapped and an unmapped task instance, a stage of several shards
+per task instance, a run without a stage, a
 1,000-task stage (load time and bytes per refresh measured), and the whole UI under an ``[api] base_url`` with a
 path.
 
@@ -362,6 +363,33 @@ def test_task_instance_tab_shows_its_own_task(browser, deployment, committed_run
     _view(page, f"{deployment.base}/dags/{DAG}/runs/{RUN}/tasks/stage.commit/plugin/commit-status-ti")
     assert page.inner_text("[data-testid=stage-state]") == "committed"
     assert page.query_selector("[data-testid=my-task]") is None
+    page.context.close()
+
+
+@pytest.fixture(scope="module")
+def sharded_run(deployment):
+    """2 write task instances x 3 shards; task 4 (shard 1 of task instance 1) fails at every try."""
+    _trigger(deployment, "ui_sharded", "sharded", {"fail": [4]})
+    assert deployment.wait_run("ui_sharded", "sharded") == "failed", deployment.ti_states("ui_sharded", "sharded")
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_sharded_stage_shows_each_task_instances_shards(browser, deployment, sharded_run, theme):
+    """Every task row names its task instance and shard; the failed task instance's tab lists its three shards,
+    two committed (a retry would not run them) and the failing one."""
+    page = _open_tab(browser, deployment, theme, "ui_sharded", "sharded")
+    assert page.inner_text("[data-testid=shards]") == "3 shards per task instance"
+    assert [page.inner_text(f"{_row(page, t)} [data-testid=task-shard]") for t in range(6)] == [
+        "[0] · 0", "[0] · 1", "[0] · 2", "[1] · 0", "[1] · 1", "[1] · 2"]
+    assert page.inner_text(f"{_row(page, 4)} [data-testid=task-status]") == "failed"
+    assert page.inner_text(f"{_row(page, 5)} [data-testid=task-status]") == "kept"
+    _view(page, f"{deployment.base}/dags/ui_sharded/runs/sharded/tasks/stage.write/mapped/1/plugin/commit-status-ti")
+    page.wait_for_selector("[data-testid=my-task]")
+    assert "3 shards, tasks 3–5" in page.inner_text("[data-testid=my-task]")
+    assert [page.get_attribute(_row(page, t), "data-mine") for t in range(6)] == [None] * 3 + ["true"] * 3
+    statuses = page.locator("[data-testid=my-task] [data-testid=task-status]").all_inner_texts()
+    assert statuses == ["kept", "failed", "kept"]
+    _shoot(page, f"sharded-task-instance-{theme}")
     page.context.close()
 
 

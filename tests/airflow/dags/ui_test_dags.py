@@ -1,5 +1,6 @@
 """DAGs for the commit-status view in a real browser (tests/deployment/test_ui.py): one stage of 4 mapped writes
-(``ui_v1``, ``ui_v2``), an unmapped one (``ui_unmapped``), a DAG without any stage (``ui_plain``), and a stage of
+(``ui_v1``, ``ui_v2``), an unmapped one (``ui_unmapped``), 2 write task instances of 3 shards each
+(``ui_sharded``), a DAG without any stage (``ui_plain``), and a stage of
 1,000 tasks (``ui_big``) whose tasks one Python task runs through the protocol (1,000 Airflow task instances would
 take the deployment many minutes; the view reads the storage's 1,000 tasks the same way).
 
@@ -61,6 +62,19 @@ with DAG("ui_unmapped", schedule=None, start_date=datetime(2024, 1, 1), catchup=
          tags=["airflow-commit-provider-tests"]) as ui_unmapped:
     commit_stage("stage", target="{{ dag_run.conf.get('target') or '%s' }}" % os.path.join(ROOT, "ui_unmapped"),
                  python_callable=ui_write, op_kwargs={"task": 0}, mode="append", partition_by=["day"])
+
+
+def ui_write_shard(task_number: int, ti, dag_run):
+    """One shard of ``ui_sharded``: ``ui_write`` of its task number (``conf["fail"]`` names task numbers)."""
+    yield from ui_write(task_number, ti, dag_run)
+
+
+with DAG("ui_sharded", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
+         default_args={"retries": 1, "retry_delay": timedelta(seconds=0.2)},
+         tags=["airflow-commit-provider-tests"]) as ui_sharded:
+    commit_stage("stage", target="{{ dag_run.conf.get('target') or '%s' }}" % os.path.join(ROOT, "ui_sharded"),
+                 python_callable=ui_write_shard, expand_op_kwargs=[{}, {}], shards_per_task=3, mode="append",
+                 partition_by=["day"])
 
 
 with DAG("ui_plain", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,

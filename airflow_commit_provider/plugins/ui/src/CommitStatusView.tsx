@@ -17,35 +17,52 @@ type View = "status" | "target";
 
 const groupOf = (taskId: string): string => (taskId.includes(".") ? taskId.slice(0, taskId.lastIndexOf(".")) : "");
 
-/** The task number of the task instance *taskId* / *mapIndex* in *stage*: the UI passes no map index for an
- * unmapped task instance, whose task number is 0. */
+/** The map index of the task instance *taskId* / *mapIndex* in *stage* (its task number, unless the stage has
+ * several shards per task instance): the UI passes no map index for an unmapped task instance, whose map index is
+ * 0. */
 const myTask = (stage: Stage, taskId?: string, mapIndex?: string): number | undefined => {
   if (!taskId || taskId !== stage.write_task_id) return undefined;
   const n = mapIndex === undefined || mapIndex === "" ? 0 : Number(mapIndex);
   return Number.isInteger(n) && n >= 0 ? n : 0;
 };
 
-const MyTask = ({ dagId, runId, stage, task, version }: {
-  readonly dagId: string; readonly runId: string; readonly stage: Stage; readonly task: number;
+/** The task instance's own task, or its shards (each a task, with its own attempts and commit). */
+const MyTask = ({ dagId, runId, stage, mapIndex, version }: {
+  readonly dagId: string; readonly runId: string; readonly stage: Stage; readonly mapIndex: number;
   readonly version: string;
 }) => {
-  const [row, setRow] = useState<TaskRow | null>();
+  const [rows, setRows] = useState<TaskRow[] | null>();
+  const shards = stage.shards_per_task;
   useEffect(() => {
     const abort = new AbortController();
     getJson<Page<TaskRow>>(`${runPath(dagId, runId)}/stages/${encodeURIComponent(stage.setup_task_id)}/tasks`,
-      { task, version }, abort.signal).then((p) => setRow(p.items[0] ?? null)).catch(() => setRow(null));
+      { limit: Math.min(shards, 500), map_index: mapIndex, version }, abort.signal)
+      .then((p) => setRows(p.items.length ? p.items : null)).catch(() => setRows(null));
     return () => abort.abort();
-  }, [dagId, runId, stage.setup_task_id, task, version]);
-  if (row === undefined) return null;
+  }, [dagId, runId, stage.setup_task_id, mapIndex, shards, version]);
+  if (rows === undefined) return null;
+  const first = mapIndex * shards;
+  const title = shards > 1
+    ? `This task instance: ${shards} shards, tasks ${first}–${first + shards - 1}`
+    : `This task instance: task ${mapIndex}`;
   return (
     <Card.Root bg="transparent" data-testid="my-task" size="sm" variant="outline">
-      <Card.Header><Text fontWeight="semibold">This task instance: task {task}</Text></Card.Header>
+      <Card.Header><Text fontWeight="semibold">{title}</Text></Card.Header>
       <Card.Body>
-        {row === null ? <Text color="fg.muted">The storage has no record of this task yet.</Text> : (
+        {rows === null ? <Text color="fg.muted">The storage has no record of this task yet.</Text> : (
           <>
-            <Table.Root size="sm"><TaskHeader /><Table.Body><Table.Row data-task={row.task}>
-              <TaskRowCells row={row} /></Table.Row></Table.Body></Table.Root>
-            <Text color="fg.muted" data-testid="my-task-why" fontSize="sm" mt="2">{row.why}</Text>
+            <Table.Root size="sm"><TaskHeader sharded={shards > 1} /><Table.Body>
+              {rows.map((row) => (
+                <Table.Row data-task={row.task} key={row.task}><TaskRowCells row={row} /></Table.Row>
+              ))}
+            </Table.Body></Table.Root>
+            {rows.length === 1 ? (
+              <Text color="fg.muted" data-testid="my-task-why" fontSize="sm" mt="2">{rows[0].why}</Text>
+            ) : (
+              <Text color="fg.muted" data-testid="my-task-why" fontSize="sm" mt="2">
+                A retry of this task instance runs only its shards that did not commit.
+              </Text>
+            )}
           </>
         )}
       </Card.Body>
@@ -114,7 +131,7 @@ export const CommitStatusView = ({ dagId, runId, taskId, mapIndex }: CommitStatu
             <VStack align="stretch" gap="4">
               <StageHeader stage={stage} />
               {mine !== undefined && view === "status" ? (
-                <MyTask dagId={dagId} runId={runId} stage={stage} task={mine} version={status.version} />
+                <MyTask dagId={dagId} mapIndex={mine} runId={runId} stage={stage} version={status.version} />
               ) : undefined}
               {view === "status" ? (
                 <>

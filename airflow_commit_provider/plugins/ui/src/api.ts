@@ -34,6 +34,7 @@ export interface Stage {
   next_steps: string[];
   partial_output_visible: boolean;
   files_total: number;
+  shards_per_task: number;
 }
 
 export interface RunStatus {
@@ -50,6 +51,8 @@ export interface Version { version: string; live: boolean }
 
 export interface TaskRow {
   task: number;
+  map_index: number;
+  shard: number | null;
   status: TaskStatus;
   why: string;
   airflow_state: string | null;

@@ -93,6 +93,12 @@ export const StageSummary = ({ stage, zone }: { readonly stage: Stage; readonly 
               <Badge colorPalette={STATUS_COLORS[s]} data-testid={`count-${s}`} key={s} size="md" title={STATUS_HELP[s]}
                 variant="subtle">{s} {formatNumber(stage.counts[s])}</Badge>
             ))}
+            {stage.shards_per_task > 1 ? (
+              <Text color="fg.muted" data-testid="shards" fontSize="sm"
+                title="each write task instance runs this many tasks (shards), each with its own attempts and commit">
+                {formatNumber(stage.shards_per_task)} shards per task instance
+              </Text>
+            ) : undefined}
           </HStack>
           {live ? (
             <Progress.Root colorPalette="blue" data-testid="progress" maxW="xl" mt="3" size="sm" value={pct}>

@@ -1,5 +1,5 @@
-// A stage's tasks: filtered by status, one page at a time (a 1,000-task stage never loads whole); the task of the
-// task instance whose page this is, highlighted.
+// A stage's tasks: filtered by status, one page at a time (a 1,000-task stage never loads whole); the task (or,
+// with several shards per task instance, the shards) of the task instance whose page this is, highlighted.
 import { Box, Button, HStack, Table, Text } from "@chakra-ui/react";
 import { useEffect, useState } from "react";
 
@@ -13,8 +13,12 @@ export const PAGE_SIZE = 50;
 
 const attempts = (names: string[]) => (names.length ? names.join(", ") : "—");
 
+const SHARD_COLUMN: [string, string] = ["task instance · shard", "the write task instance (map index) that runs "
+  + "the task, and the task's shard in it: task number = map index × shards per task instance + shard"];
+
 const COLUMNS: [string, string][] = [
-  ["task", "the task number: the write task instance's map index (0 for an unmapped write task)"],
+  ["task", "the task number: the write task instance's map index (0 for an unmapped write task); with several "
+    + "shards per task instance, map index × shards per task instance + shard"],
   ["status", "the task's status, from the storage's records and Airflow's task instance"],
   ["committed attempt", "A.T: application attempt A, Airflow try T of the attempt whose files are the output; for a "
     + "recovered task, the attempt that committed in an earlier application attempt"],
@@ -29,6 +33,9 @@ const COLUMNS: [string, string][] = [
 export const TaskRowCells = ({ row }: { readonly row: TaskRow }) => (
   <>
     <Table.Cell>{row.task}</Table.Cell>
+    {row.shard === null ? undefined : (
+      <Table.Cell data-testid="task-shard">[{row.map_index}] · {row.shard}</Table.Cell>
+    )}
     <Table.Cell><StatusBadge status={row.status} why={row.why} /></Table.Cell>
     <Table.Cell data-testid="committed-attempt">{row.committed_attempt ?? "—"}</Table.Cell>
     <Table.Cell>{row.committed_attempt ? formatNumber(row.files) : "—"}</Table.Cell>
@@ -40,16 +47,19 @@ export const TaskRowCells = ({ row }: { readonly row: TaskRow }) => (
   </>
 );
 
-export const TaskHeader = () => (
+export const TaskHeader = ({ sharded = false }: { readonly sharded?: boolean }) => (
   <Table.Header>
     <Table.Row>
-      {COLUMNS.map(([name, help]) => <Table.ColumnHeader key={name} title={help}>{name}</Table.ColumnHeader>)}
+      {(sharded ? [COLUMNS[0], SHARD_COLUMN, ...COLUMNS.slice(1)] : COLUMNS).map(([name, help]) => (
+        <Table.ColumnHeader key={name} title={help}>{name}</Table.ColumnHeader>
+      ))}
     </Table.Row>
   </Table.Header>
 );
 
 export const TaskTable = ({ dagId, runId, stage, version, mine }: {
   readonly dagId: string; readonly runId: string; readonly stage: Stage; readonly version: string;
+  /** the map index of the task instance whose page this is */
   readonly mine?: number;
 }) => {
   const [status, setStatus] = useState<TaskStatus | undefined>(undefined);
@@ -87,11 +97,12 @@ export const TaskTable = ({ dagId, runId, stage, version, mine }: {
       {error ? <Text color="fg.error">{error}</Text> : undefined}
       <Table.ScrollArea>
         <Table.Root interactive size="sm">
-          <TaskHeader />
+          <TaskHeader sharded={stage.shards_per_task > 1} />
           <Table.Body>
             {(page?.items ?? []).map((row) => (
-              <Table.Row bg={row.task === mine ? "bg.emphasized" : undefined} data-mine={row.task === mine || undefined}
-                data-task={row.task} data-testid="task-row" key={row.task}>
+              <Table.Row bg={row.map_index === mine ? "bg.emphasized" : undefined}
+                data-mine={row.map_index === mine || undefined} data-task={row.task} data-testid="task-row"
+                key={row.task}>
                 <TaskRowCells row={row} />
               </Table.Row>
             ))}

@@ -1,0 +1,107 @@
+"""``shards_per_task`` under a real Airflow (``dag.test()``, SQLite): one write task instance, several protocol
+tasks; a retry of the task instance calls the user code only for the shards that did not commit.
+
+The callable appends every call to ``calls.log`` (dag, map index, shard, task number, try); the output is read
+back with pyarrow row by row.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import sys
+from collections import Counter
+
+import pytest
+from airflow.sdk import DAG
+
+from airflow_commit_provider.decorators.commit_stage import commit_stage_task
+from airflow_commit_provider.operators.commit import CommitWriteOperator
+from airflow_commit_provider.operators.stage import commit_stage
+from airflow_commit_provider.protocol import InvalidOutputSpec, read_success_marker
+
+from ..conftest import DAGS_FOLDER, TEST_ROOT, TEST_WORK
+from ..protocol import scenario as sc
+
+pytestmark = pytest.mark.airflow
+
+INSTANCES, SHARDS, ROWS = 3, 4, 10
+
+
+@pytest.fixture
+def dags(airflow_db):
+    if str(DAGS_FOLDER) not in sys.path:
+        sys.path.insert(0, str(DAGS_FOLDER))
+    for path in list(TEST_WORK.iterdir()) + list(TEST_ROOT.iterdir()):
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return importlib.import_module("shard_test_dags")
+
+
+def calls(dag_id: str) -> Counter:
+    """(task number, try) -> calls of the user code."""
+    path = TEST_WORK / "calls.log"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return Counter((int(task), int(tr)) for d, _, _, task, tr in map(str.split, lines) if d == dag_id)
+
+
+def states(dr) -> dict[str, tuple[str, int]]:
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return {f"{ti.task_id}[{ti.map_index}]": (ti.state, ti.try_number)
+                for ti in dr.get_task_instances(session=session)}
+
+
+@pytest.mark.parametrize("dag_id", ["sh_operator", "sh_decorator"])
+def test_a_retry_runs_only_the_shards_that_did_not_commit(dags, dag_id):
+    for task in (1, 6):   # shard 1 of instance 0, shard 2 of instance 1: their first try fails
+        (TEST_WORK / f"fail-{dag_id}-{task}-1").touch()
+    dr = getattr(dags, dag_id).test()
+    st = states(dr)
+    assert dr.state == "success", st
+    write = "write.write" if dag_id == "sh_operator" else "load.write"
+    assert [st[f"{write}[{i}]"] for i in range(INSTANCES)] == [("success", 2), ("success", 2), ("success", 1)]
+    assert calls(dag_id) == {**{(t, 1): 1 for t in range(INSTANCES * SHARDS)}, (1, 2): 1, (6, 2): 1}, \
+        "the retries called the user code of the failed shards only"
+    root = str(TEST_ROOT / dag_id)
+    rows = sc.read_rows(root)
+    sc.assert_exactly_once(rows, tasks=INSTANCES * SHARDS, per_task=ROWS)
+    assert {(r["task"], r["attempt"]) for r in rows if r["attempt"] == 2} == {(1, 2), (6, 2)}
+    assert {r["task"]: r["source_day"] for r in rows} == {t: t // SHARDS for t in range(INSTANCES * SHARDS)}
+    manifest = read_success_marker(root, verify_files=True)
+    assert manifest["totals"]["tasks"] == INSTANCES * SHARDS
+    assert manifest["labels"]["shards_per_task"] == SHARDS
+
+
+def test_with_one_shard_per_task_instance_the_callable_gets_its_map_index_as_task_number(dags):
+    dr = dags.sh_one.test()
+    assert dr.state == "success", states(dr)
+    assert calls("sh_one") == {(t, 1): 1 for t in range(INSTANCES)}
+    rows = sc.read_rows(str(TEST_ROOT / "sh_one"))
+    sc.assert_exactly_once(rows, tasks=INSTANCES, per_task=ROWS)
+    assert {r["task"]: r["source_day"] for r in rows} == {t: t for t in range(INSTANCES)}
+
+
+def test_a_callable_that_cannot_tell_its_shards_apart_is_refused_at_parse_time():
+    def same_rows(day: int):
+        return None
+
+    with pytest.raises(InvalidOutputSpec, match=r"commit_stage\('s'\): shards_per_task=3 runs same_rows\(\) 3 "
+                                                r"times per task instance, but it takes no shard_index"):
+        commit_stage("s", target="/tmp/x", python_callable=same_rows, shards_per_task=3)
+    with pytest.raises(InvalidOutputSpec, match="takes no shard_index"):
+        commit_stage_task(target="/tmp/x", shards_per_task=2)(same_rows)
+    with DAG("sh_parse", schedule=None), pytest.raises(InvalidOutputSpec, match="takes no shard_index"):
+        CommitWriteOperator.partial(task_id="w", target="/tmp/x", python_callable=same_rows, shards_per_task=2)
+    with DAG("sh_parse_ok", schedule=None):   # **kwargs receives the shard: fine
+        commit_stage("ok", target="/tmp/x", python_callable=lambda **kw: None, shards_per_task=3)
+
+
+@pytest.mark.parametrize("name, value", [("shards_per_task", 0), ("shards_per_task", "10"),
+                                         ("shard_threads", 0), ("shard_threads", True)])
+def test_bad_shard_parameters_are_refused_naming_them(name, value):
+    def rows(shard_index: int):
+        return None
+
+    with pytest.raises(InvalidOutputSpec, match=rf"commit_stage\('s'\).*{name}={value!r}: give a positive"):
+        commit_stage("s", target="/tmp/x", python_callable=rows, **{name: value})

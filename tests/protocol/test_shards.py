@@ -1,0 +1,185 @@
+"""Many shards per task instance (``operators/shards.py``) in real worker processes.
+
+- a task instance killed (SIGKILL, ``os._exit``) after some of its shards committed: its retry calls the user code
+  of the other shards only, and the job commits every row exactly once;
+- a zombie try paused (SIGSTOP) at a fault point inside one shard, resumed (SIGCONT) after its retry committed every
+  shard (before and after the job commit): fenced shard by shard, it commits nothing and its rows are nowhere;
+- a shard's ordinary failure does not stop the others; the retry runs only the failed one; a bad specification of
+  any shard is raised as itself (the operator fails such a try without retries);
+- the numbering: shard ``s`` of task instance ``i`` is protocol task ``i * N + s``;
+- the shard cells of the fault matrix (local disk, SIGKILL) and a few random schedules (``tests/schedules.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from airflow_commit_provider.operators.shards import ShardsFailed, run_shards, shard_tasks, task_instance_of
+from airflow_commit_provider.protocol import InvalidOutputSpec, faults, read_success_marker
+from airflow_commit_provider.protocol.faults import FAULT_EXIT_CODE
+
+from . import scenario as sc
+from . import shard_scenario as ss
+
+SHARDS = 4
+INSTANCES = 2
+
+
+@pytest.fixture(params=[1, 2], ids=["v1", "v2"])
+def cfg(request, tmp_path):
+    return {"root": str(tmp_path / "out"), "work": str(tmp_path / "work"), "algorithm": request.param,
+            "mode": "overwrite", "shards": SHARDS, "instances": INSTANCES, "shard_threads": 1}
+
+
+def setup(cfg: dict) -> None:
+    os.makedirs(cfg["work"], exist_ok=True)
+    sc.committer(cfg).setup_job()
+
+
+def commit_and_check(cfg: dict) -> dict:
+    manifest = sc.committer(cfg).commit_job(INSTANCES * SHARDS)
+    sc.assert_exactly_once(sc.read_rows(cfg["root"]), tasks=INSTANCES * SHARDS)
+    assert read_success_marker(cfg["root"], verify_files=True)["totals"]["tasks"] == INSTANCES * SHARDS
+    return manifest
+
+
+@pytest.mark.parametrize("point", ss.SHARD_POINTS)
+def test_crash_matrix_of_a_sharded_task_instance(cfg, point):
+    """The shard cells of ``python -m tests.fault_matrix`` on the local disk, SIGKILL (the command adds ``exit``
+    and S3)."""
+    assert ss.crash_cell({**cfg, "mode": "overwrite"}, point, "kill") == "pass"
+
+
+def test_random_schedules_of_sharded_task_instances(tmp_path):
+    """``COMMIT_SHARD_SCHEDULES`` (default 3, ~20 s) of ``python -m tests.schedules --shards N``'s schedules."""
+    from . import shard_schedules as sh
+
+    count = int(os.environ.get("COMMIT_SHARD_SCHEDULES", "3"))
+    first = int(os.environ.get("COMMIT_SCHEDULES_SEED", "0"))
+    for seed in range(first, first + count):
+        violation, schedule = sh.run_schedule(seed, str(tmp_path))
+        assert violation is None, f"seed {seed} {schedule.cfg}: {violation}\n" + "\n".join(schedule.steps)
+
+
+def test_numbering():
+    assert list(shard_tasks(3, 10)) == list(range(30, 40))
+    assert task_instance_of(37, 10) == (3, 7) and task_instance_of(0, 1) == (0, 0)
+
+
+@pytest.mark.parametrize("kill", ["kill", "exit"])
+def test_a_killed_task_instance_is_retried_only_for_its_uncommitted_shards(cfg, kill):
+    setup(cfg)
+    ss.run_instance(cfg, 0, 1)
+    proc = ss.spawn(cfg, 1, 1, f"commit_task.after_record={kill}@2")   # instance 1 dies after 2 shard commits
+    assert proc.returncode == (-signal.SIGKILL if kill == "kill" else FAULT_EXIT_CODE), proc.stderr
+    committed = ss.committed_tasks(cfg)
+    assert committed == {0, 1, 2, 3, 4, 5}, "instance 0 and the first two shards of instance 1"
+    before = sc.calls(cfg)
+    result = ss.run_instance(cfg, 1, 2)
+    ran = sc.calls(cfg) - before
+    assert ran == {6: 1, 7: 1}, "the retry runs the user code of the uncommitted shards only"
+    assert result["ran_shards"] == [2, 3] and result["statuses"] == {"already_committed": 2, "committed": 2}
+    rows = sc.read_rows(cfg["root"]) if cfg["algorithm"] == 1 else None
+    assert rows in (None, [])
+    manifest = commit_and_check(cfg)
+    by_task = {r["task"]: r["attempt"] for r in sc.read_rows(cfg["root"])}
+    assert [by_task[t] for t in range(8)] == [1, 1, 1, 1, 1, 1, 2, 2]
+    assert manifest["totals"]["tasks"] == 8
+
+
+@pytest.mark.parametrize("wake", ["before_job_commit", "after_job_commit"])
+def test_a_zombie_try_is_fenced_shard_by_shard(cfg, wake):
+    setup(cfg)
+    ss.run_instance(cfg, 0, 1)
+    # try 1 of instance 1 pauses after shard 1 wrote its file, before its task commit: shard 0 is committed
+    zombie = ss.spawn(cfg, 1, 1, "commit_task.before_record=stop@2", wait=False)
+    try:
+        _wait_stopped(zombie.pid)
+        assert ss.committed_tasks(cfg) == {0, 1, 2, 3, 4}
+        before = sc.calls(cfg)
+        result = ss.run_instance(cfg, 1, 2)   # the retry: the scheduler declared try 1 a zombie
+        assert sc.calls(cfg) - before == {5: 1, 6: 1, 7: 1}
+        assert result["ran_shards"] == [1, 2, 3]
+        if wake == "after_job_commit":
+            commit_and_check(cfg)
+        calls_before_wake = sc.calls(cfg)
+        os.kill(zombie.pid, signal.SIGCONT)
+        out, _ = zombie.communicate(timeout=60)
+    finally:
+        if zombie.poll() is None:
+            zombie.kill()
+    report = json.loads(out.splitlines()[-1])
+    # woken, the zombie's shard 1 is denied (recorded failed by the retry); the rest find their tasks committed
+    assert sc.calls(cfg) == calls_before_wake, "the zombie calls no user code once woken"
+    if report["ok"]:
+        statuses = {s["task"]: s["status"] for s in report["result"]["shards"]}
+        assert statuses[5] == "denied" and "committed" not in statuses.values(), report
+    else:
+        # after the job commit the zombie's task commit is refused as a commit into a committed job
+        assert "CommitDenied" in report["error"] or "JobAlreadyCommitted" in report["error"], report
+    if wake == "before_job_commit":
+        commit_and_check(cfg)
+    rows = sc.read_rows(cfg["root"])
+    sc.assert_exactly_once(rows, tasks=INSTANCES * SHARDS)
+    assert {r["attempt"] for r in rows if r["task"] >= 5} == {2}, "no row of the zombie's shards"
+
+
+def _wait_stopped(pid: int, timeout: float = 60) -> None:
+    """Until the process is stopped (SIGSTOP by its own fault point): its state in /proc is 'T'."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/stat") as fh:
+            if fh.read().rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} never reached its fault point")
+
+
+def test_a_failed_shard_does_not_stop_the_others_and_alone_is_retried(cfg):
+    setup(cfg)
+    cfg = {**cfg, "fail_tasks": [1], "fail_attempts": [1], "shard_threads": 2}
+    with pytest.raises(ShardsFailed, match=r"1 of 4 shards failed \(tasks 1\)") as failed:
+        ss.run_instance(cfg, 0, 1)
+    assert isinstance(failed.value.__cause__, RuntimeError) and sorted(failed.value.failed) == [1]
+    assert ss.committed_tasks(cfg) == {0, 2, 3}
+    before = sc.calls(cfg)
+    ss.run_instance(cfg, 0, 2)
+    assert sc.calls(cfg) - before == {1: 1}
+    ss.run_instance(cfg, 1, 1)
+    commit_and_check(cfg)
+
+
+def test_a_bad_specification_of_one_shard_is_raised_as_itself(cfg):
+    setup(cfg)
+
+    def produce(shard, task, writer):
+        if shard == 2:
+            raise InvalidOutputSpec("no such column")
+        if shard == 3:
+            raise RuntimeError("transient")
+        writer.write(sc.task_table(task, 1))
+
+    with pytest.raises(InvalidOutputSpec, match="no such column"):
+        run_shards(lambda: sc.committer(cfg), 0, SHARDS, 1, produce, fatal=(InvalidOutputSpec,))
+
+
+def test_shards_in_a_pool_run_at_once(cfg):
+    """With shard_threads=4 the four shards of a task instance are in their user code at the same moment (each
+    waits for all of them at a barrier, which would time out if they ran one after another)."""
+    import threading
+
+    setup(cfg)
+    barrier = threading.Barrier(SHARDS, timeout=30)
+
+    def produce(shard, task, writer):
+        barrier.wait()
+        writer.write(sc.task_table(task, 1))
+
+    result = run_shards(lambda: sc.committer(cfg), 0, SHARDS, 1, produce, threads=SHARDS).to_dict()
+    assert result["statuses"] == {"committed": SHARDS}
+    faults.disarm()
