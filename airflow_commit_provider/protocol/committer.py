@@ -50,6 +50,7 @@ from .publish import MovePublisher, Publisher, RenamePublisher, TaskCommitPublis
 from .status import JobStatus
 from .stores import Store, store_for
 from .targetclaim import TargetClaim
+from .tables.common import TableTarget
 from .jobrecord import CommitLog, CommitPlan, JobRecord, Replaces
 from .taskattempts import TaskAttemptContext, TaskAttempts, check_number
 
@@ -136,13 +137,17 @@ class FileOutputCommitter(OutputCommitter):
     :param labels: free-form JSON values copied into ``_SUCCESS`` (dag id, run id, ...).
     :param durable: on a local disk, fsync what each step needs so that a committed state survives a power cut
         (README, "Guarantees"); ``False`` for scratch targets. Object stores are durable per request either way.
+    :param table: a Delta or Iceberg table (:mod:`.tables`) whose data root is *output*: job commit then publishes
+        the files into it with one table transaction (algorithm 1 only; partition columns stay in the files).
     """
 
     def __init__(self, output: Any, job_id: str, *, algorithm: int | str = 1, mode: str = "error",
                  partition_by: Iterable[str] = (), commit_threads: int | None = None, fs: Any = None,
                  storage_options: dict[str, Any] | None = None, labels: Mapping[str, Any] | None = None,
-                 part_size: int | None = None, durable: bool = True) -> None:
+                 part_size: int | None = None, durable: bool = True, table: TableTarget | None = None) -> None:
         self.store: Store = store_for(output, fs=fs, storage_options=storage_options, durable=durable)
+        #: the table job commit publishes into, or ``None`` for a directory of files
+        self.table = table
         self.job_id = check_job_id(job_id)
         self.algorithm = normalize_algorithm(algorithm)
         self.mode = check_mode(mode)
@@ -158,6 +163,9 @@ class FileOutputCommitter(OutputCommitter):
             if commit_threads < 1:
                 raise InvalidOutputSpec("commit_threads must be at least 1")
         self.commit_threads = commit_threads or self.store.default_commit_threads
+        if table is not None and self.algorithm != 1:
+            raise InvalidOutputSpec(f"a {table.format} table is committed at job commit: use algorithm 1, not "
+                                    f"{algorithm!r}")
         self.labels = dict(labels or {})
         self.layout = JobLayout(self.job_id)
         self.ledger = AttemptLedger(self.store, self.layout)
@@ -308,6 +316,9 @@ class FileOutputCommitter(OutputCommitter):
 
     def check_empty(self, own_files: set[str], visible: set[str] | None = None) -> None:
         """:class:`InvalidOutputSpec` when the target holds data files other than *own_files* (mode ``error``)."""
+        if self.table is not None:
+            self.table.check_empty()   # files no snapshot lists (an earlier overwrite's) are not data
+            return
         others = sorted((self.visible_files() if visible is None else visible) - own_files)
         if others:
             shown = ", ".join(others[:5]) + (" ..." if len(others) > 5 else "")

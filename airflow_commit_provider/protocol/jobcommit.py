@@ -33,6 +33,7 @@ from .paths import partition_of
 from .publish import delete_and_prune
 from .stores import Store
 from .jobrecord import CommitLog, CommitPlan, JobRecord
+from .tables.common import DataFile, JobTag, TableCommit, file_schema
 from .taskrecord import TaskCommitRecord
 
 if TYPE_CHECKING:
@@ -88,6 +89,8 @@ class JobCommitRun:
     defer_cleanup: bool = False
     #: the commit log as it was before this commit, read (and validated) before anything visible changes
     previous_log: CommitLog | None = None
+    #: a table target's transaction (:class:`TableCommitStage`), reported in the manifest
+    table_commit: TableCommit | None = None
 
 
 @dataclass
@@ -192,6 +195,9 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
         c, job = self.c, self.run.job
         check_tree(c, recs.values())
         dsts = {f.path for rec in recs.values() for f in rec.files}
+        if c.table is not None:
+            check_table(c, data_files(c, recs.values()))
+            return self._fix(recs, set(), marker_dirs_above(dsts))
         replaced = job.replaced_files
         replace_files = set(job.replace_files)  # e.g. the small files a compaction merged
         visible = c.visible_files()
@@ -216,6 +222,11 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
         withdraw = marker_dirs_above(dsts | deletions)
         if c.mode == "overwrite":
             withdraw |= set(c.store.marker_dirs(SUCCESS))
+        return self._fix(recs, deletions, withdraw)
+
+    def _fix(self, recs: dict[int, TaskCommitRecord], deletions: set[str], withdraw: set[str]) -> Plan:
+        """Record the plan exclusively (or follow the one a concurrent commit recorded first)."""
+        c, job = self.c, self.run.job
         winners = {(r.committed_in_app, r.task): r.attempt for r in recs.values()}
         history = {str(t): h for t, h in c.status_reader.attempt_history(job, winners).items()
                    if h["failed_attempts"] or h["denied_attempts"] or h["unfinished_attempts"]}
@@ -231,6 +242,49 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
 
     def counts(self, out: Plan) -> dict[str, int]:
         return {"deletions": len(out.fixed.deletions), "markers": len(out.fixed.withdraw)}
+
+
+def data_files(c: FileOutputCommitter, recs: Iterable[TaskCommitRecord]) -> list[DataFile]:
+    """The job's files as a table commit adds them (with their partition values)."""
+    return [DataFile.from_entry(f.path, f.size, f.rows, c.partition_by) for rec in recs for f in rec.files]
+
+
+def check_table(c: FileOutputCommitter, files: Sequence[DataFile]) -> None:
+    """Before the plan is fixed (so a refusal changes nothing): one schema among the job's files and the table's,
+    and, in mode ``error``, an empty table. A table target deletes nothing at file level: old files stay for the
+    snapshots that list them, and the table transaction removes them from the current one."""
+    assert c.table is not None
+    if files:
+        c.table.check_schema(file_schema(c.store, files))
+    if c.mode == "error":
+        c.table.check_empty()
+
+
+class TableCommitStage(Stage[Plan, "TableCommit | None"]):
+    """A table target's one transaction, the visibility point: the planned files (moved to their final names
+    already, invisible to table readers until now) added, the files the mode and the job's earlier generation
+    replace removed. A resumed commit whose generation the table already holds adds nothing
+    (:mod:`.tables`); a zombie of an older generation is refused there."""
+
+    name = "table_commit"
+    fault = "table_commit.after"
+
+    def apply(self, plan: Plan) -> TableCommit | None:
+        c, job = self.c, self.run.job
+        assert c.table is not None
+        files = data_files(c, plan.recs)
+        tag = JobTag(c.job_id, job.job_uuid, job.generation)
+        if not files and ((not job.replaced_files and c.mode == "append") or not c.table.exists()):
+            return None   # nothing to add or replace: no empty transaction
+        done = c.table.committed(tag)
+        if done is None:
+            schema = file_schema(c.store, files) if files else None
+            done = c.table.commit(tag, files, schema, c.mode, c.partition_by, job.replaced_files)
+        self.run.table_commit = done
+        return done
+
+    def counts(self, out: TableCommit | None) -> dict[str, int]:
+        return {} if out is None else {"version": out.version, "added": out.added, "removed": out.removed}
 
 
 class WithdrawMarkers(Stage[Plan, Plan]):
@@ -301,6 +355,9 @@ class SaveCommitLog(Stage[tuple[Plan, int], Committed]):
         c, job = self.c, self.run.job
         manifest = build_manifest(c, job, plan, self.run.resumed)
         manifest["diagnostics"]["directories_renamed"] = renamed
+        if c.table is not None:
+            manifest["table"] = (self.run.table_commit.to_doc() if self.run.table_commit else
+                                 {"format": c.table.format, "table": c.table.name, "files_added": 0})
         previous = self.run.previous_log
         log = CommitLog(manifest) if previous is None else previous.followed_by(manifest)
         files_json = records.encode(manifest["files"])
@@ -413,6 +470,8 @@ def run_job_commit(c: FileOutputCommitter, job: JobRecord, tasks: Sequence[int] 
     plan = WithdrawMarkers(run)(plan)
     renamed = Publish(run)(plan)
     DeleteOld(run)(plan)
+    if c.table is not None:
+        TableCommitStage(run)(plan)
     manifest = WriteMarkers(run)(SaveCommitLog(run)((plan, renamed)))
     # _SUCCESS holds the stages up to its own writing; the caller also gets the markers stage and the cleanup
     manifest["durations"]["markers"] = run.clock.durations["markers"]
