@@ -33,7 +33,7 @@ from ..paths import partition_of
 from ..publish import delete_and_prune
 from ..stores import Store
 from ..records.job import CommitLog, CommitPlan, JobRecord
-from ..tables.common import DataFile, JobTag, TableCommit, file_schema
+from ..tables.common import DataFile, JobTag, TableCommit, file_schema, parquet_schema
 from ..records.task import TaskCommitRecord
 
 if TYPE_CHECKING:
@@ -196,7 +196,7 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
         check_tree(c, recs.values())
         dsts = {f.path for rec in recs.values() for f in rec.files}
         if c.table is not None:
-            check_table(c, data_files(c, recs.values()))
+            check_table(c, recs.values())
             return self._fix(recs, set(), marker_dirs_above(dsts))
         replaced = job.replaced_files
         replace_files = set(job.replace_files)  # e.g. the small files a compaction merged
@@ -249,13 +249,14 @@ def data_files(c: FileOutputCommitter, recs: Iterable[TaskCommitRecord]) -> list
     return [DataFile.from_entry(f.path, f.size, f.rows, c.partition_by) for rec in recs for f in rec.files]
 
 
-def check_table(c: FileOutputCommitter, files: Sequence[DataFile]) -> None:
+def check_table(c: FileOutputCommitter, recs: Iterable[TaskCommitRecord]) -> None:
     """Before the plan is fixed (so a refusal changes nothing): one schema among the job's files and the table's,
     and, in mode ``error``, an empty table. A table target deletes nothing at file level: old files stay for the
     snapshots that list them, and the table transaction removes them from the current one."""
     assert c.table is not None
-    if files:
-        c.table.check_schema(file_schema(c.store, files))
+    sources = [f"{rec.data_dir}/{f.path}" if rec.data_dir else f.path for rec in recs for f in rec.files]
+    if sources:
+        c.table.check_schema(file_schema(c.store, sources))
     if c.mode == "error":
         c.table.check_empty()
 
@@ -278,7 +279,7 @@ class TableCommitStage(Stage[Plan, "TableCommit | None"]):
             return None   # nothing to add or replace: no empty transaction
         done = c.table.committed(tag)
         if done is None:
-            schema = file_schema(c.store, files) if files else None
+            schema = parquet_schema(c.store, files[0].path) if files else None   # one schema: checked at the plan
             done = c.table.commit(tag, files, schema, c.mode, c.partition_by, job.replaced_files)
         self.run.table_commit = done
         return done

@@ -33,6 +33,8 @@ from ..stores import Store
 FORMATS = ("delta", "iceberg")
 #: the modes of a table commit (the file committer's modes, with table semantics)
 TABLE_MODES = ("error", "append", "overwrite", "dynamic")
+#: bytes read from a Parquet file's end at first: its footer, for most files
+_FOOTER_GUESS = 64 * 1024
 #: prefix of the keys a table commit carries (Delta commitInfo, Iceberg snapshot summary)
 TAG_PREFIX = "commit-provider."
 
@@ -109,18 +111,28 @@ class TableCommit:
                 "files_removed": self.removed, "already_committed": self.already}
 
 
-def file_schema(store: Store, files: Sequence[DataFile]) -> pa.Schema:
-    """The one Arrow schema of *files* (their Parquet footers), :class:`SchemaMismatch` naming a file that
-    differs. Read before the plan is fixed, so a mismatch stops the commit with nothing visible changed."""
+def parquet_schema(store: Store, rel: str) -> pa.Schema:
+    """The Arrow schema in a Parquet file's footer, reading only the file's tail."""
+    tail = store.read_tail(rel, _FOOTER_GUESS)
+    if len(tail) < 12 or tail[-4:] != b"PAR1":
+        raise InvalidOutputSpec(f"{store.url(rel)} is not a Parquet file; a table holds Parquet files only")
+    need = int.from_bytes(tail[-8:-4], "little") + 8
+    if need > len(tail):
+        tail = store.read_tail(rel, need)
+    return pq.read_schema(pa.BufferReader(b"PAR1" + tail[-need:])).remove_metadata()
+
+
+def file_schema(store: Store, paths: Sequence[str]) -> pa.Schema:
+    """The one Arrow schema of the Parquet files at *paths* (their footers), :class:`SchemaMismatch` naming a file
+    that differs. Read before the plan is fixed, so a mismatch stops the commit with nothing changed."""
     schema: pa.Schema | None = None
     first = ""
-    for f in files:
-        with store.open_read(f.path) as fh:
-            this = pq.read_schema(fh).remove_metadata()
+    for path in paths:
+        this = parquet_schema(store, path)
         if schema is None:
-            schema, first = this, f.path
+            schema, first = this, path
         elif not this.equals(schema):
-            raise SchemaMismatch(f"files {first} and {f.path} of one job have different schemas: "
+            raise SchemaMismatch(f"files {first} and {path} of one job have different schemas: "
                                  f"{describe_difference(schema, this)}")
     if schema is None:
         raise InvalidOutputSpec("a table commit needs at least one data file")
