@@ -1,0 +1,204 @@
+"""Job commits into Delta and Iceberg tables: one transaction per job generation, exactly once across resumes,
+clears and zombies, read back row by row with each format's own reader (deltalake; pyiceberg's scan)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pyarrow as pa
+import pytest
+
+from airflow_commit_provider.protocol import faults, read_success_marker  # noqa: E402
+from airflow_commit_provider.protocol.faults import FAULT_EXIT_CODE  # noqa: E402
+from airflow_commit_provider.protocol.tables import SchemaMismatch  # noqa: E402
+from airflow_commit_provider.protocol import InvalidOutputSpec, run_task_attempt  # noqa: E402
+
+from ..conftest import REPO  # noqa: E402
+from .tables_worker import committer_for, run_job, task_rows  # noqa: E402
+
+FORMATS = ["delta", "iceberg"]
+
+
+@pytest.fixture(params=FORMATS)
+def fmt(request) -> str:
+    pytest.importorskip({"delta": "deltalake", "iceberg": "pyiceberg"}[request.param])
+    return request.param
+
+
+@pytest.fixture
+def base(tmp_path, fmt) -> dict:
+    """The job's configuration: a Delta table at a path, or an Iceberg table in a SQLite catalog in a warehouse."""
+    where = {"location": str(tmp_path / "events")} if fmt == "delta" else \
+        {"location": str(tmp_path / "warehouse"), "table_name": "ns.events"}
+    return {"format": fmt, **where, "job_id": "events-1", "mode": "append", "partition_by": ["day"], "tasks": 3,
+            "rows": 4, "gen": 0}
+
+
+def iceberg_table(cfg: dict):
+    from airflow_commit_provider.protocol.tables.iceberg import IcebergTarget
+    return IcebergTarget.open(cfg["table_name"], None, cfg["location"]).catalog.load_table(cfg["table_name"])
+
+
+def rows(cfg: dict) -> list[tuple[int, int, int]]:
+    """Every row of the table's current version, as the format's reader reads it: (id, day, gen), sorted."""
+    if cfg["format"] == "delta":
+        import deltalake
+        t = pa.table(deltalake.DeltaTable(cfg["location"]).to_pyarrow_table())
+    else:
+        t = iceberg_table(cfg).scan().to_arrow()
+    return sorted(zip(t["id"].to_pylist(), t["day"].to_pylist(), t["gen"].to_pylist()))
+
+
+def transactions(cfg: dict) -> int:
+    """How many transactions the table holds (Delta versions; Iceberg snapshots)."""
+    if cfg["format"] == "delta":
+        import deltalake
+        return deltalake.DeltaTable(cfg["location"]).version() + 1
+    return len(iceberg_table(cfg).metadata.snapshots)
+
+
+def table_id(manifest_table: dict) -> int:
+    return manifest_table.get("version", manifest_table.get("snapshot_id"))
+
+
+def root(cfg: dict) -> str:
+    return committer_for(cfg).store.url()
+
+
+def expected(tasks: int = 3, n: int = 4, gen: int = 0, base: int = 0) -> list[tuple[int, int, int]]:
+    return sorted((base + t * 1000 + i, i % 2, gen) for t in range(tasks) for i in range(n))
+
+
+def spawn(cfg: dict, fault: str | None = None, **popen: object) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop(faults.ENV_VAR, None)
+    if fault:
+        env[faults.ENV_VAR] = fault
+    return subprocess.Popen([sys.executable, "-m", "tests.protocol.tables_worker", json.dumps(cfg)], cwd=REPO,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def run(cfg: dict, fault: str | None = None) -> subprocess.CompletedProcess:
+    proc = spawn(cfg, fault)
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_job_commit_is_one_table_transaction(base):
+    manifest = run_job(base)
+    assert rows(base) == expected()
+    assert transactions(base) == 1
+    assert manifest["table"]["files_added"] == len(manifest["files"]) == 6
+    assert read_success_marker(root(base))["table"] == manifest["table"]
+    if base["format"] == "delta":
+        import deltalake
+        dt = deltalake.DeltaTable(base["location"])
+        assert manifest["table"]["version"] == 0 and dt.metadata().partition_columns == ["day"]
+        assert dt.transaction_version("commit-provider:events-1") == 0
+        listed = {a["path"] for a in pa.table(dt.get_add_actions(flatten=False)).to_pylist()}
+        assert listed == {f["path"] for f in manifest["files"]}
+    else:
+        table = iceberg_table(base)
+        snap = table.current_snapshot()
+        assert manifest["table"]["snapshot_id"] == snap.snapshot_id
+        assert snap.summary["commit-provider.job-id"] == "events-1"
+        assert snap.summary["commit-provider.generation"] == "0"
+        assert [f.name for f in table.spec().fields] == ["day"]
+        listed = {t.file.file_path for t in table.scan().plan_files()}
+        assert listed == {f"{table.location()}/data/{f['path']}" for f in manifest["files"]}
+    assert not os.path.exists(os.path.join(root(base), "_temporary"))
+
+
+def test_nothing_is_visible_before_the_transaction(base):
+    run_job(base)
+    proc = run({**base, "job_id": "events-2", "gen": 1}, "table_commit.before=exit")
+    assert proc.returncode == FAULT_EXIT_CODE, proc.stderr
+    # the second job's files are in the table's data directory already, but no snapshot lists them
+    assert rows(base) == expected()
+    assert transactions(base) == 1
+
+
+@pytest.mark.parametrize("point", [
+    "commit_job.after_recovery", "commit_job.after_plan", "commit_job.after_withdraw", "commit_job.mid_move",
+    "commit_job.after_moves", "commit_job.after_deletes", "table_commit.before", "table_commit.after",
+    "commit_job.after_commit_log", "commit_job.after_success", "commit_job.after_cleanup"])
+@pytest.mark.parametrize("kill", ["exit", "kill"])
+def test_job_commit_killed_at_every_point_then_resumed_commits_once(base, point, kill):
+    cfg = {**base, "job_id": "events-2", "gen": 1}
+    run_job(base)                                        # an earlier job's rows, which must stay
+    proc = run(cfg, f"{point}={kill}@2" if point == "commit_job.mid_move" else f"{point}={kill}")
+    assert proc.returncode == (FAULT_EXIT_CODE if kill == "exit" else -9), proc.stderr
+    assert rows(base) in (expected(), sorted(expected() + expected(gen=1))), "a partial job is visible"
+    again = run({**cfg, "phase": "commit"})              # the retry: a new process resumes the commit
+    assert again.returncode == 0, again.stderr
+    assert rows(base) == sorted(expected() + expected(gen=1))
+    assert transactions(base) == 2, "the resumed commit made a second transaction"
+    landed = json.loads(again.stdout)["table"]
+    assert table_id(read_success_marker(root(base))["table"]) == table_id(landed)
+    # and once more: committed and cleaned up, nothing changes
+    assert run({**cfg, "phase": "commit"}).returncode == 0
+    assert transactions(base) == 2
+
+
+@pytest.mark.parametrize("mode", ["append", "overwrite", "dynamic"])
+def test_clear_after_success_replaces_the_earlier_generation(base, mode):
+    run_job({**base, "job_id": "other", "gen": 9, "tasks": 1})   # another job's rows (ids 0..3, both days)
+    cfg = {**base, "mode": mode}
+    first = run_job({**cfg, "gen": 0})
+    second = run_job({**cfg, "gen": 1})                  # a clear after success: the next generation
+    assert second["generation"] == 1 and transactions(base) == 3
+    kept_other = [] if mode in ("overwrite", "dynamic") else expected(tasks=1, gen=9)
+    assert rows(base) == sorted(kept_other + expected(gen=1))
+    # the first generation replaced the other job's two files (overwrite, dynamic: both days), the second exactly
+    # the first generation's files
+    assert first["table"]["files_removed"] == (0 if mode == "append" else 2)
+    assert second["table"]["files_removed"] == len(first["files"])
+
+
+def test_zombie_of_an_older_generation_adds_nothing(base):
+    zombie = spawn(base, "table_commit.before=stop")     # stops on the snapshot it checked, before sending
+    os.waitpid(zombie.pid, os.WUNTRACED)
+    run_job({**base, "phase": "commit"})                 # a retry finishes generation 0
+    run_job({**base, "gen": 1})                          # a clear after success: generation 1
+    assert rows(base) == expected(gen=1)
+    os.kill(zombie.pid, signal.SIGCONT)
+    _out, err = zombie.communicate(timeout=120)
+    assert zombie.returncode != 0 and "GenerationSuperseded" in err, err
+    assert rows(base) == expected(gen=1)
+    assert transactions(base) == 2
+
+
+def test_two_processes_committing_one_generation_add_it_once(base):
+    first = spawn(base, "table_commit.before=stop")
+    os.waitpid(first.pid, os.WUNTRACED)
+    second = run({**base, "phase": "commit"})            # passes the same check, commits first
+    assert second.returncode == 0, second.stderr
+    os.kill(first.pid, signal.SIGCONT)
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err                    # refused by the format, then finds its generation landed
+    assert json.loads(out)["table"]["already_committed"] is True
+    assert rows(base) == expected()
+    assert transactions(base) == 1
+
+
+def test_a_later_job_with_another_schema_fails_before_anything_is_visible(base):
+    run_job(base)
+    c = committer_for({**base, "job_id": "events-2"})
+    c.setup_job()
+    run_task_attempt(c, 0, 1, lambda w: w.write(task_rows(0, 4, 1, {"gen": pa.array(["x"] * 4)})))
+    with pytest.raises(SchemaMismatch, match=r"changed type\(s\) \['gen: "):
+        c.commit_job(1)
+    assert c.commit_plan(c.job_record()) is None, "the plan was fixed although the schema differs"
+    assert rows(base) == expected()
+    c.abort_job()
+    assert not os.path.exists(os.path.join(root(base), "_temporary"))
+
+
+def test_mode_error_refuses_a_table_holding_data(base):
+    run_job(base)
+    with pytest.raises(InvalidOutputSpec, match="already holds data"):
+        committer_for({**base, "job_id": "events-2", "mode": "error"}).setup_job()
