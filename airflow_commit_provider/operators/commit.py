@@ -22,13 +22,14 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseHook, BaseOperator
 
 from ..hooks.storage import CommitStorageHook
 from ..links.commit_status import CommitStatusLink, CommitTargetLink
 from ..protocol import CommitDenied, FileOutputCommitter, InvalidOutputSpec, make_committer, run_task_attempt
 from ..protocol.committer import check_mode, normalize_algorithm
 from ..protocol.paths import check_partition_key
+from ..protocol.tables import FORMATS as TABLE_FORMATS, TableTarget, table_target
 from .failures import fail_fast_on_deterministic_errors
 from .lineage import CommitLineageMixin
 from .setup_context import SetupContext
@@ -102,7 +103,9 @@ def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
 
     if "target" in args:
         target = args["target"]
-        if target is None or (isinstance(target, str) and not target.strip()):
+        iceberg_elsewhere = args.get("table_format") == "iceberg" and (args.get("catalog") is not None or
+                                                                        args.get("catalog_conn_id") is not None)
+        if (target is None or (isinstance(target, str) and not target.strip())) and not iceberg_elsewhere:
             raise bad("target", "target is required: a local path, a URL such as s3://bucket/prefix, or an "
                                 "ObjectStoragePath")
     checks = {"algorithm": normalize_algorithm, "mode": check_mode, "partition_by": _partition_columns,
@@ -121,7 +124,36 @@ def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
                              "scratch target on a local disk: nothing is fsynced)")
     if out.get("mode") == "dynamic" and "partition_by" in args and not out["partition_by"]:
         raise bad("partition_by", "mode='dynamic' replaces the partitions a job writes, so it needs partition_by")
+    _check_table_args(args, out, bad)
     return out
+
+
+def _check_table_args(args: Mapping[str, Any], out: Mapping[str, Any],
+                      bad: Callable[[str, str], InvalidOutputSpec]) -> None:
+    """``table_format`` and the Iceberg parameters that go with it (only those given: a ``partial`` may give
+    some only)."""
+    fmt = args.get("table_format")
+    if fmt is None:
+        given = [k for k in ("table_name", "catalog", "catalog_conn_id") if args.get(k) is not None]
+        if given and "table_format" in args:
+            raise bad(given[0], "is a table parameter: give table_format='iceberg' too")
+        return
+    if fmt not in TABLE_FORMATS:
+        raise bad("table_format", f"use one of {', '.join(TABLE_FORMATS)}, or None for a directory of files")
+    if out.get("algorithm", 1) != 1:
+        raise bad("algorithm", f"a {fmt} table is committed at job commit in one transaction: use algorithm 1")
+    if fmt == "delta":
+        for k in ("table_name", "catalog", "catalog_conn_id"):
+            if args.get(k) is not None:
+                raise bad(k, "is an Iceberg parameter; a Delta table is its target location")
+        return
+    name = args.get("table_name")
+    if "table_name" in args and (not isinstance(name, str) or "." not in name.strip(".")):
+        raise bad("table_name", "an Iceberg table needs table_name='namespace.table'")
+    if args.get("catalog") is not None and args.get("catalog_conn_id") is not None:
+        raise bad("catalog", "give catalog (pyiceberg catalog properties) or catalog_conn_id, not both")
+    if args.get("catalog") is not None and not isinstance(args["catalog"], Mapping):
+        raise bad("catalog", "give a dict of pyiceberg catalog properties ({'type': 'sql', 'uri': ...})")
 
 
 def _text(value: Any) -> bool:
@@ -180,6 +212,13 @@ class CommitBaseOperator(BaseOperator):
         one job, so a second run replaces the first's files (a new generation) instead of adding them again
     :param durable: on a local disk, fsync what a committed output needs to survive a power cut (default);
         ``False`` for scratch targets. Object stores are durable per request either way.
+    :param table_format: ``"delta"`` or ``"iceberg"``: job commit publishes into that table in one transaction
+        (README, "Delta Lake and Iceberg tables"); ``None`` (default): a directory of files
+    :param table_name: the Iceberg table, ``"namespace.table"`` (templated)
+    :param catalog: pyiceberg catalog properties; default, with *catalog_conn_id* ``None``: a SQL catalog on SQLite
+        in *target* (``<target>/catalog.db``)
+    :param catalog_conn_id: an Airflow connection whose extras are the catalog properties (say ``{"type":
+        "glue"}``)
 
     Every one is validated at construction, and by ``.partial(...)`` for a mapped operator (whose constructor runs
     only when its tasks run), so a bad value fails the DAG file's import with
@@ -188,7 +227,7 @@ class CommitBaseOperator(BaseOperator):
     ``template_fields`` (``(*CommitBaseOperator.template_fields, ...)``).
     """
 
-    template_fields: Sequence[str] = ("target", "conn_id", "job_name", "job_key")
+    template_fields: Sequence[str] = ("target", "conn_id", "job_name", "job_key", "table_name")
     #: kept for subclasses written against earlier releases: the shared template fields
     commit_template_fields: tuple[str, ...] = tuple(template_fields)
     operator_extra_links = (CommitStatusLink(), CommitTargetLink())
@@ -197,10 +236,14 @@ class CommitBaseOperator(BaseOperator):
     def __init__(self, *, target: Any, conn_id: str | None = None, algorithm: int | str = 1, mode: str = "error",
                  partition_by: Collection[str] | str = (), commit_threads: int | None = None,
                  job_name: str | None = None, durable: bool = True, job_key: str | None = None,
+                 table_format: str | None = None, table_name: str | None = None,
+                 catalog: Mapping[str, Any] | None = None, catalog_conn_id: str | None = None,
                  **kwargs: Any) -> None:
         args = check_commit_args({"target": target, "conn_id": conn_id, "algorithm": algorithm, "mode": mode,
                                   "partition_by": partition_by, "commit_threads": commit_threads,
-                                  "job_name": job_name, "durable": durable, "job_key": job_key},
+                                  "job_name": job_name, "durable": durable, "job_key": job_key,
+                                  "table_format": table_format, "table_name": table_name, "catalog": catalog,
+                                  "catalog_conn_id": catalog_conn_id},
                                  f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})")
         super().__init__(**kwargs)
         self.target = args["target"]
@@ -212,6 +255,10 @@ class CommitBaseOperator(BaseOperator):
         self.job_name = args["job_name"]
         self.durable = args["durable"]
         self.job_key = args["job_key"]
+        self.table_format = table_format
+        self.table_name = table_name
+        self.catalog = dict(catalog) if catalog is not None else None
+        self.catalog_conn_id = catalog_conn_id
 
     def _job_name(self) -> str:
         if self.job_name:
@@ -246,13 +293,26 @@ class CommitBaseOperator(BaseOperator):
             return None
         return states.get(context["run_id"], {}).get(task_id)
 
+    def table(self) -> TableTarget | None:
+        """The table the stage publishes into (``table_format``), or ``None`` for a directory of files."""
+        if self.table_format is None:
+            return None
+        catalog = self.catalog
+        if self.catalog_conn_id is not None:
+            catalog = dict(BaseHook.get_connection(self.catalog_conn_id).extra_dejson)
+        return table_target(self.table_format, str(self.target) if self.target else None,
+                            table_name=self.table_name, catalog=catalog)
+
     def committer(self, context: Mapping[str, Any]) -> FileOutputCommitter:
-        store = CommitStorageHook(self.conn_id).get_store(self.target, durable=self.durable)
+        table = self.table()
+        store = CommitStorageHook(self.conn_id).get_store(table.data_root if table else self.target,
+                                                          durable=self.durable)
         labels = {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "job_name": self._job_name()}
         if self.job_key is not None:
             labels["job_key"] = self._job_key(context)
         return make_committer(store, self.job_id(context), algorithm=self.algorithm, mode=self.mode,
-                              partition_by=self.partition_by, commit_threads=self.commit_threads, labels=labels)
+                              partition_by=self.partition_by, commit_threads=self.commit_threads, labels=labels,
+                              table=table)
 
 
 #: The name of :class:`CommitBaseOperator` in earlier releases (a mixin used with ``BaseOperator``).

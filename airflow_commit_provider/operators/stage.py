@@ -30,7 +30,9 @@ def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., A
                  partition_by: Collection[str] | str = (), commit_threads: int | None = None,
                  ensure_target: bool = False, purge_on_failure: bool = False, write_retries: int | None = None,
                  write_kwargs: Mapping[str, Any] | None = None, outlets: Sequence[Any] = (),
-                 durable: bool = True, job_key: str | None = None) -> TaskGroup:
+                 durable: bool = True, job_key: str | None = None, table_format: str | None = None,
+                 table_name: str | None = None, catalog: Mapping[str, Any] | None = None,
+                 catalog_conn_id: str | None = None) -> TaskGroup:
     """Build the stage as a TaskGroup named *group_id* (which is also the job name).
 
     With *expand_op_kwargs* (a list of dicts, or an XComArg resolving to one) the write is mapped: one task per
@@ -39,6 +41,8 @@ def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., A
     ``durable=False`` fsyncs nothing on a local disk (a scratch target a power cut may lose). *job_key*
     (templated) names the job across runs: default the run id; ``"{{ data_interval_start }}"`` makes every run of
     one data interval the same job, so a second run replaces the first's files instead of adding them again.
+    *table_format* (``"delta"``, ``"iceberg"``) publishes into a table in one transaction at job commit: Delta
+    at *target*; Iceberg *table_name* in *catalog* / *catalog_conn_id* (default: SQLite catalog in *target*).
 
     Example::
 
@@ -51,7 +55,9 @@ def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., A
     check_user_callables(python_callable, writer_callable, owner)
     stage = StageArgs.checked(owner, target=target, conn_id=conn_id, algorithm=algorithm, mode=mode,
                               partition_by=partition_by, commit_threads=commit_threads, durable=durable,
-                              job_key=job_key, ensure_target=ensure_target, purge_on_failure=purge_on_failure,
+                              job_key=job_key, table_format=table_format, table_name=table_name, catalog=catalog,
+                              catalog_conn_id=catalog_conn_id, ensure_target=ensure_target,
+                              purge_on_failure=purge_on_failure,
                               write_retries=write_retries, write_kwargs=write_kwargs, outlets=outlets)
 
     def write(args: dict[str, Any]) -> Any:

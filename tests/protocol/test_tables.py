@@ -202,3 +202,35 @@ def test_mode_error_refuses_a_table_holding_data(base):
     run_job(base)
     with pytest.raises(InvalidOutputSpec, match="already holds data"):
         committer_for({**base, "job_id": "events-2", "mode": "error"}).setup_job()
+
+
+def both_stopped_then(base: dict, first: dict, second: dict) -> tuple[subprocess.Popen, subprocess.Popen]:
+    """Two jobs' processes, each stopped just before its table transaction (both built on the same snapshot),
+    resumed in order: *first* commits before *second* sends its transaction."""
+    a = spawn({**base, **first}, "table_commit.before=stop")
+    os.waitpid(a.pid, os.WUNTRACED)
+    b = spawn({**base, **second}, "table_commit.before=stop")
+    os.waitpid(b.pid, os.WUNTRACED)
+    os.kill(a.pid, signal.SIGCONT)
+    a.communicate(timeout=120)
+    os.kill(b.pid, signal.SIGCONT)
+    b.communicate(timeout=120)
+    return a, b
+
+
+def test_two_jobs_appending_at_once_both_land(base):
+    run_job({**base, "job_id": "seed", "gen": 9, "tasks": 1})          # the table exists: both read one snapshot
+    a, b = both_stopped_then(base, {"job_id": "a", "gen": 1}, {"job_id": "b", "gen": 2})
+    assert a.returncode == b.returncode == 0
+    assert rows(base) == sorted(expected(tasks=1, gen=9) + expected(gen=1) + expected(gen=2))
+    assert transactions(base) == 3
+
+
+def test_two_jobs_overwriting_one_partition_at_once_one_wins(base):
+    run_job({**base, "job_id": "seed", "gen": 9, "tasks": 1})
+    a, b = both_stopped_then(base, {"job_id": "a", "gen": 1, "mode": "dynamic"},
+                             {"job_id": "b", "gen": 2, "mode": "dynamic"})
+    assert a.returncode == 0
+    assert b.returncode != 0, "the second overwrite of the same partitions committed on a snapshot it did not read"
+    assert rows(base) == expected(gen=1)                                # a's rows, once; nothing of b
+    assert transactions(base) == 2

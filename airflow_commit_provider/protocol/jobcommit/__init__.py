@@ -285,7 +285,10 @@ class TableCommitStage(Stage[Plan, "TableCommit | None"]):
         return done
 
     def counts(self, out: TableCommit | None) -> dict[str, int]:
-        return {} if out is None else {"version": out.version, "added": out.added, "removed": out.removed}
+        if out is None:
+            return {}
+        return {"version" if out.format == "delta" else "snapshot": out.version, "added": out.added,
+                "removed": out.removed}
 
 
 class WithdrawMarkers(Stage[Plan, Plan]):

@@ -41,8 +41,11 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
 
 #: how often a commit is rebuilt when the table was created concurrently under it
 _ATTEMPTS = 3
-#: the embedded catalog's file under the warehouse directory
+#: the embedded catalog's file under the warehouse directory, and its name (a SQL catalog keys its tables by
+#: catalog name too: a reader opens it as ``SqlCatalog("commit_provider", uri="sqlite:///<warehouse>/catalog.db",
+#: warehouse="file://<warehouse>")``)
 CATALOG_FILE = "catalog.db"
+CATALOG_NAME = "commit_provider"
 
 
 class GenerationPresent(ValidationException):
@@ -116,7 +119,7 @@ class IcebergTarget(TableTarget):
             os.makedirs(root, exist_ok=True)
             catalog = {"type": "sql", "uri": f"sqlite:///{root}/{CATALOG_FILE}", "warehouse": f"file://{root}"}
         props = dict(catalog)
-        cat = load_catalog(str(props.pop("name", "commit_provider")), **props)
+        cat = load_catalog(str(props.pop("name", CATALOG_NAME)), **props)
         namespace = table_name.rsplit(".", 1)[0]
         try:
             cat.create_namespace(namespace)
