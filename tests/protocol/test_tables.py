@@ -210,7 +210,7 @@ def test_a_later_job_with_another_schema_fails_before_anything_is_visible(base):
     run_task_attempt(c, 0, 1, lambda w: w.write(task_rows(0, 4, 1, {"gen": pa.array(["x"] * 4)})))
     with pytest.raises(SchemaMismatch, match=r"changed type\(s\) \['gen: "):
         c.commit_job(1)
-    assert c.commit_plan(c.job_record()) is None, "the plan was fixed although the schema differs"
+    assert c.job.commit_plan(c.job_record()) is None, "the plan was fixed although the schema differs"
     assert rows(base) == expected()
     c.abort_job()
     assert not os.path.exists(os.path.join(root(base), "_temporary"))

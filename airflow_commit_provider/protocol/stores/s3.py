@@ -27,7 +27,6 @@ MIN_PART_SIZE = 5 * 2**20
 class S3Store(FsspecStore):
     """An output root on S3 (any s3fs file system: from an Airflow connection or built directly)."""
 
-    move_copies_bytes = True
     default_commit_threads = 16
 
     def __init__(self, fs: Any, root: str) -> None:

@@ -90,9 +90,3 @@ class AttemptLedger:
             except FileNotFoundError:  # removed by a cleanup meanwhile
                 continue
         return [AttemptTrace(t, a, fates.get((t, a))) for t, a in sorted(started | set(fates))]
-
-    def fate(self, app: int, task: int, attempt: int) -> str | None:
-        try:
-            return self.store.read_bytes(self.layout.attempt_claim(app, task, attempt)).decode()
-        except FileNotFoundError:
-            return None
