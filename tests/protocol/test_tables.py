@@ -222,18 +222,20 @@ def test_mode_error_refuses_a_table_holding_data(base):
         committer_for({**base, "job_id": "events-2", "mode": "error"}).setup_job()
 
 
-def both_stopped_then(base: dict, first: dict, second: dict) -> tuple[subprocess.Popen, subprocess.Popen]:
+def both_stopped_then(base: dict, first: dict, second: dict) -> tuple[subprocess.CompletedProcess,
+                                                                     subprocess.CompletedProcess]:
     """Two jobs' processes, each stopped just before its table transaction (both built on the same snapshot),
     resumed in order: *first* commits before *second* sends its transaction."""
     a = spawn({**base, **first}, "table_commit.before=stop")
     os.waitpid(a.pid, os.WUNTRACED)
     b = spawn({**base, **second}, "table_commit.before=stop")
     os.waitpid(b.pid, os.WUNTRACED)
-    os.kill(a.pid, signal.SIGCONT)
-    a.communicate(timeout=120)
-    os.kill(b.pid, signal.SIGCONT)
-    b.communicate(timeout=120)
-    return a, b
+    done = []
+    for proc in (a, b):
+        os.kill(proc.pid, signal.SIGCONT)
+        out, err = proc.communicate(timeout=120)
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    return done[0], done[1]
 
 
 def test_two_jobs_appending_at_once_both_land(base):
@@ -248,7 +250,14 @@ def test_two_jobs_overwriting_one_partition_at_once_one_wins(base):
     run_job({**base, "job_id": "seed", "gen": 9, "tasks": 1})
     a, b = both_stopped_then(base, {"job_id": "a", "gen": 1, "mode": "dynamic"},
                              {"job_id": "b", "gen": 2, "mode": "dynamic"})
-    assert a.returncode == 0
+    assert a.returncode == 0, a.stderr
     assert b.returncode != 0, "the second overwrite of the same partitions committed on a snapshot it did not read"
+    refusal = "CommitFailedError" if base["format"] == "delta" else "ValidationException"
+    assert refusal in b.stderr, b.stderr[-2000:]
     assert rows(base) == expected(gen=1)                                # a's rows, once; nothing of b
     assert transactions(base) == 2
+    # b's retry resumes its commit on the new snapshot: it replaces a's rows, as a later overwrite would
+    retry = run({**base, "job_id": "b", "gen": 2, "mode": "dynamic", "phase": "commit"})
+    assert retry.returncode == 0, retry.stderr
+    assert rows(base) == expected(gen=2)
+    assert transactions(base) == 3
