@@ -99,6 +99,9 @@ class Stage(BaseModel):
     #: algorithm v2: task outputs became visible at task commit
     partial_output_visible: bool = False
     files_total: int = 0
+    #: a table target's committed transaction, in words: ``delta /lake/events version 3``, ``iceberg lake.events
+    #: snapshot 4242...``; ``None`` for a directory of files or a job not committed yet
+    table: str | None = None
 
 
 class RunStatus(BaseModel):
@@ -319,6 +322,17 @@ def next_steps(job: Mapping[str, Any], rows: Sequence[TaskRow], commit_ti: TaskI
     return []
 
 
+def table_text(table: Any) -> str | None:
+    """The table version or snapshot a committed job produced, as the view shows it."""
+    if not isinstance(table, Mapping) or not table.get("format"):
+        return None
+    if "version" in table:
+        return f"{table['format']} {table.get('table')} version {table['version']}"
+    if "snapshot_id" in table:
+        return f"{table['format']} {table.get('table')} snapshot {table['snapshot_id']}"
+    return f"{table['format']} {table.get('table')} (no transaction: nothing to add)"
+
+
 def timeline(job: Mapping[str, Any], commit_summary: Mapping[str, Any] | None) -> tuple[list[CommitStageTime],
                                                                                            float | None]:
     """The job commit's stages, from ``_SUCCESS`` (the stages up to its own writing) and the commit task's summary
@@ -357,7 +371,8 @@ class StageModel:
             aborted=Abort(at=aborted.get("at"), kept_tasks=list(aborted.get("kept_committed_tasks") or []),
                           visible_files_removed=aborted.get("visible_files_removed") or 0) if aborted else None,
             next_steps=next_steps(job, self.rows, roles.get("commit")),
-            partial_output_visible=str(job.get("algorithm")) == "2", files_total=len(self.files))
+            partial_output_visible=str(job.get("algorithm")) == "2", files_total=len(self.files),
+            table=table_text(job.get("table")))
 
     def page(self, version: str, status: str | None, offset: int, limit: int, task: int | None) -> TaskPage:
         rows = [r for r in self.rows if (status is None or r.status == status) and (task is None or r.task == task)]

@@ -247,3 +247,18 @@ def test_one_model_build_per_run_at_a_time(tmp_path):
     assert cache.get("d", "r", "v2").summary.version == "v2"   # a page's follow-up request: cached, no version read
     assert cache.get("d", "r").summary.version == "v3"
     assert builds == ["v1", "v2", "v3"]
+
+
+def test_a_table_stage_shows_the_version_its_commit_produced(tmp_path):
+    pytest.importorskip("deltalake")
+    from airflow_commit_provider.protocol.tables import table_target
+
+    table = table_target("delta", str(tmp_path / "events"))
+    c = FileOutputCommitter(table.data_root, "job", mode="append", partition_by=["day"], table=table)
+    for generation in (0, 1):   # the run, then a clear after success: the view names the newest version
+        c.setup_job()
+        run_task_attempt(c, 0, 1, _produce(0, 1))
+        assert _stage(c, _writes(["success"])).summary.table is None   # not committed yet: no version to show
+        c.commit_job(1)
+        shown = _stage(c, _writes(["success"]), run_state="success").summary.table
+        assert shown == f"delta {tmp_path / 'events'} version {generation}"

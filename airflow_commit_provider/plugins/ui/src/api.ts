@@ -34,6 +34,7 @@ export interface Stage {
   next_steps: string[];
   partial_output_visible: boolean;
   files_total: number;
+  table: string | null;
 }
 
 export interface RunStatus {
