@@ -15,7 +15,7 @@ import pytest
 from airflow_commit_provider.protocol import faults, read_success_marker  # noqa: E402
 from airflow_commit_provider.protocol.faults import FAULT_EXIT_CODE  # noqa: E402
 from airflow_commit_provider.protocol.tables import SchemaMismatch  # noqa: E402
-from airflow_commit_provider.protocol import InvalidOutputSpec, run_task_attempt  # noqa: E402
+from airflow_commit_provider.protocol import CommitDenied, InvalidOutputSpec, TaskAttemptWriter, run_task_attempt  # noqa: E402
 
 from ..conftest import REPO  # noqa: E402
 from .tables_worker import committer_for, run_job, task_rows  # noqa: E402
@@ -261,3 +261,50 @@ def test_two_jobs_overwriting_one_partition_at_once_one_wins(base):
     assert retry.returncode == 0, retry.stderr
     assert rows(base) == expected(gen=2)
     assert transactions(base) == 3
+
+
+def referenced_anywhere(cfg: dict) -> set[str]:
+    """Every data file some version (Delta) or snapshot (Iceberg) of the table lists, as a local path."""
+    if cfg["format"] == "delta":
+        import deltalake
+        dt = deltalake.DeltaTable(cfg["location"])
+        out = set()
+        for version in range(dt.version() + 1):
+            dt.load_as_version(version)
+            out |= {os.path.join(cfg["location"], a["path"])
+                    for a in pa.table(dt.get_add_actions(flatten=False)).to_pylist()}
+        return out
+    table = iceberg_table(cfg)
+    return {t.file.file_path.removeprefix("file://") for s in table.metadata.snapshots
+            for t in table.scan(snapshot_id=s.snapshot_id).plan_files()}
+
+
+def parquet_files(root_dir: str) -> set[str]:
+    return {os.path.join(d, f) for d, _dirs, names in os.walk(root_dir) for f in names if f.endswith(".parquet")}
+
+
+@pytest.mark.parametrize("keep_committed", [True, False])
+def test_files_no_snapshot_lists_are_removed_files_a_snapshot_lists_never(base, keep_committed):
+    """A failed attempt, a denied one and an aborted job leave no file outside the table's snapshots; a clear after
+    success removes the earlier generation's files from the table, never from the disk (a version lists them)."""
+    run_job(base)                                                        # generation 0
+    c = committer_for(base)
+    c.setup_job()                                                        # generation 1 (a clear after success)
+    run_task_attempt(c, 0, 1, lambda w: w.write(task_rows(0, 4, 1)))
+    ta = c.setup_task(1, 1)                                              # try 1 of task 1 dies after writing
+    with TaskAttemptWriter(c, ta, partition_by=["day"]) as w:
+        w.write(task_rows(1, 4, 1))
+    run_task_attempt(c, 1, 2, lambda w: w.write(task_rows(1, 4, 1)))    # try 2 fences it and commits
+    with pytest.raises(CommitDenied):
+        c.commit_task(ta)                                                # the zombie try is denied
+    c.commit_job(2)
+    other = committer_for({**base, "job_id": "aborted"})               # a job that never commits
+    other.setup_job()
+    run_task_attempt(other, 0, 1, lambda w: w.write(task_rows(5, 4, 7)))
+    other.abort_job(keep_committed=keep_committed)
+    data = committer_for(base).table.data_root
+    kept = parquet_files(data) - parquet_files(os.path.join(data, "_temporary"))
+    assert kept == referenced_anywhere(base), "a file outside every snapshot, or a listed file deleted"
+    assert rows(base) == expected(tasks=2, gen=1)
+    if not keep_committed:
+        assert parquet_files(os.path.join(data, "_temporary")) == set()
