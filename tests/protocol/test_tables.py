@@ -308,3 +308,26 @@ def test_files_no_snapshot_lists_are_removed_files_a_snapshot_lists_never(base, 
     assert rows(base) == expected(tasks=2, gen=1)
     if not keep_committed:
         assert parquet_files(os.path.join(data, "_temporary")) == set()
+
+
+def test_dynamic_replaces_date_partitions_as_the_format_stores_them(base):
+    """Partition values of another type than the directory's text (a date: Iceberg keeps days since 1970)."""
+    import datetime as dt
+    days = [dt.date(2024, 1, 1), dt.date(2024, 1, 2)]
+
+    def write(job_id: str, gen: int, only: list) -> None:
+        c = committer_for({**base, "job_id": job_id, "mode": "dynamic"})
+        c.setup_job()
+        table = pa.table({"id": pa.array(range(len(only)), pa.int64()), "day": pa.array(only, pa.date32()),
+                          "gen": pa.array([gen] * len(only), pa.int64())})
+        run_task_attempt(c, 0, 1, lambda w: w.write(table))
+        c.commit_job(1)
+
+    write("first", 0, days)
+    write("second", 1, days[1:])                    # replaces 2024-01-02 only
+    if base["format"] == "delta":
+        import deltalake
+        t = pa.table(deltalake.DeltaTable(base["location"]).to_pyarrow_table())
+    else:
+        t = iceberg_table(base).scan().to_arrow()
+    assert sorted(zip(t["day"].to_pylist(), t["gen"].to_pylist())) == [(days[0], 0), (days[1], 1)]

@@ -26,8 +26,8 @@ from .common import DataFile, GenerationSuperseded, JobTag, SchemaMismatch, Tabl
 
 try:
     from pyiceberg.catalog import Catalog, load_catalog
-    from pyiceberg.exceptions import (CommitFailedException, NamespaceAlreadyExistsError, NoSuchTableError,
-                                      TableAlreadyExistsError, ValidationException)
+    from pyiceberg.exceptions import (CommitFailedException, NoSuchTableError, TableAlreadyExistsError,
+                                      ValidationException)
     from pyiceberg.io.pyarrow import parquet_file_to_data_file
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema, assign_fresh_schema_ids
@@ -122,12 +122,10 @@ class IcebergTarget(TableTarget):
         cat = load_catalog(str(props.pop("name", CATALOG_NAME)), **props)
         namespace = table_name.rsplit(".", 1)[0]
         try:
-            cat.create_namespace(namespace)
-        except NamespaceAlreadyExistsError:
-            pass
-        try:
             location = cat.load_table(table_name).location()
         except NoSuchTableError:
+            # where the catalog would put the table (pyiceberg has no public call for it): the files go there
+            cat.create_namespace_if_not_exists(namespace)
             location = cat._resolve_table_location(None, namespace, table_name.rsplit(".", 1)[1])
         return cls(cat, table_name, location)
 
@@ -210,9 +208,8 @@ class IcebergTarget(TableTarget):
             _check_partitioning(table, partition_by, self.identifier)
             if mode == "error":
                 self.check_empty()
-            removed = self._removals(table, mode, files, {f"{self.data_uri}/{p}" for p in replaces})
             try:
-                self._commit(table, tag, files, removed)
+                removed = self._commit(table, tag, files, mode, {f"{self.data_uri}/{p}" for p in replaces})
             except GenerationPresent:
                 if (done := self.committed(tag)) is not None:
                     return done
@@ -221,10 +218,11 @@ class IcebergTarget(TableTarget):
                 if (done := self.committed(tag)) is not None:
                     return done
                 raise
-            return self._landed(tag, len(files), len(removed))
+            return self._landed(tag, len(files), removed)
         raise CommitProtocolError(f"Iceberg table {self.identifier}: could not commit after {_ATTEMPTS} attempts")
 
-    def _commit(self, table: Table, tag: JobTag, files: Sequence[DataFile], removed: list[Any]) -> None:
+    def _commit(self, table: Table, tag: JobTag, files: Sequence[DataFile], mode: str, replaces: set[str]) -> int:
+        """Build and send the snapshot; returns how many files it removed."""
         tx = table.transaction()
         # validated by the catalog against the metadata it swaps from; staged first, as pyiceberg validates a
         # requirement against the transaction's metadata when it is staged (there is no public call for this)
@@ -235,6 +233,7 @@ class IcebergTarget(TableTarget):
                                  tx.table_metadata.schema().name_mapping.model_dump_json()})
         data_files = [parquet_file_to_data_file(table.io, tx.table_metadata, f"{self.data_uri}/{f.path}")
                       for f in files]
+        removed = _removals(table, mode, data_files, replaces)
         update = tx.update_snapshot(snapshot_properties=tag.properties())
         with (update.overwrite() if removed else update.fast_append()) as producer:
             for df in removed:
@@ -243,18 +242,7 @@ class IcebergTarget(TableTarget):
                 producer.append_data_file(df)
         inject("table_commit.before")   # checked on the snapshot the transaction is built on; not yet sent
         tx.commit_transaction()
-
-    def _removals(self, table: Table, mode: str, files: Sequence[DataFile], replaces: set[str]) -> list[Any]:
-        """The current snapshot's data files that *mode* and the earlier generation replace."""
-        if table.current_snapshot() is None:
-            return []
-        written = {tuple((f.partition or {}).get(k) for k in _partition_names(table)) for f in files}
-        out = []
-        for df in _files(table):
-            values = tuple(None if v is None else str(v) for v in df.partition)
-            if mode == "overwrite" or df.file_path in replaces or (mode == "dynamic" and values in written):
-                out.append(df)
-        return out
+        return len(removed)
 
     def _landed(self, tag: JobTag, added: int, removed: int) -> TableCommit:
         table = self._load()
@@ -270,8 +258,14 @@ def _files(table: Table) -> list[Any]:
     return [task.file for task in table.scan().plan_files()]
 
 
-def _partition_names(table: Table) -> list[str]:
-    return [f.name for f in table.spec().fields]
+def _removals(table: Table, mode: str, added: Sequence[Any], replaces: set[str]) -> list[Any]:
+    """The current snapshot's data files that *mode* and the earlier generation replace. Partitions are compared
+    as pyiceberg derived them for the files being added (its own representation: dates as days, and so on)."""
+    if table.current_snapshot() is None:
+        return []
+    written = {tuple(df.partition) for df in added}
+    return [df for df in _files(table)
+            if mode == "overwrite" or df.file_path in replaces or (mode == "dynamic" and tuple(df.partition) in written)]
 
 
 def _fields(schema: Schema) -> dict[str, str]:
