@@ -112,7 +112,7 @@ class DeltaTarget(TableTarget):
 
     def commit(self, tag: JobTag, files: Sequence[DataFile], schema: pa.Schema | None, mode: str,
                partition_by: Sequence[str], replaces: Collection[str]) -> TableCommit:
-        props = CommitProperties(custom_metadata={**tag.properties()},
+        props = CommitProperties(custom_metadata=tag.properties(),
                                  app_transactions=[Transaction(app_id(tag.job_id), tag.generation)])
         adds = [_add(f) for f in files]
         for _ in range(_ATTEMPTS):
@@ -134,7 +134,7 @@ class DeltaTarget(TableTarget):
             if schema is not None:
                 _check_schema(dt, schema, self.uri)
             _check_partitioning(dt, partition_by, self.uri)
-            if mode == "error" and _files(dt):
+            if mode == "error":
                 self.check_empty()
             removes = _removals(dt, mode, {partition_of(f.path) for f in files}, set(replaces))
             inject("table_commit.before")   # checked on the snapshot the transaction is built on; not yet sent
