@@ -106,6 +106,9 @@ class Stage(BaseModel):
     files_total: int = 0
     #: protocol tasks (shards) per write task instance
     shards_per_task: int = 1
+    #: a table target's committed transaction, in words: ``delta /lake/events version 3``, ``iceberg lake.events
+    #: snapshot 4242...``; ``None`` for a directory of files or a job not committed yet
+    table: str | None = None
 
 
 class RunStatus(BaseModel):
@@ -337,6 +340,17 @@ def next_steps(job: Mapping[str, Any], rows: Sequence[TaskRow], commit_ti: TaskI
     return []
 
 
+def table_text(table: Any) -> str | None:
+    """The table version or snapshot a committed job produced, as the view shows it."""
+    if not isinstance(table, Mapping) or not table.get("format"):
+        return None
+    if "version" in table:
+        return f"{table['format']} {table.get('table')} version {table['version']}"
+    if "snapshot_id" in table:
+        return f"{table['format']} {table.get('table')} snapshot {table['snapshot_id']}"
+    return f"{table['format']} {table.get('table')} (no transaction: nothing to add)"
+
+
 def timeline(job: Mapping[str, Any], commit_summary: Mapping[str, Any] | None) -> tuple[list[CommitStageTime],
                                                                                            float | None]:
     """The job commit's stages, from ``_SUCCESS`` (the stages up to its own writing) and the commit task's summary
@@ -377,7 +391,7 @@ class StageModel:
                           visible_files_removed=aborted.get("visible_files_removed") or 0) if aborted else None,
             next_steps=next_steps(job, self.rows, roles.get("commit")),
             partial_output_visible=str(job.get("algorithm")) == "2", files_total=len(self.files),
-            shards_per_task=shards)
+            shards_per_task=shards, table=table_text(job.get("table")))
 
     def page(self, version: str, status: str | None, offset: int, limit: int, task: int | None,
              map_index: int | None = None) -> TaskPage:

@@ -276,3 +276,18 @@ def test_the_view_shows_the_shards_of_each_task_instance(tmp_path):
     assert [r.task for r in mine.items] == [3, 4, 5]
     unsharded = _stage(_committer(tmp_path / "plain"))
     assert unsharded.summary.shards_per_task == 1
+
+
+def test_a_table_stage_shows_the_version_its_commit_produced(tmp_path):
+    pytest.importorskip("deltalake")
+    from airflow_commit_provider.protocol.tables import table_target
+
+    table = table_target("delta", str(tmp_path / "events"))
+    c = FileOutputCommitter(table.data_root, "job", mode="append", partition_by=["day"], table=table)
+    for generation in (0, 1):   # the run, then a clear after success: the view names the newest version
+        c.setup_job()
+        run_task_attempt(c, 0, 1, _produce(0, 1))
+        assert _stage(c, _writes(["success"])).summary.table is None   # not committed yet: no version to show
+        c.commit_job(1)
+        shown = _stage(c, _writes(["success"]), run_state="success").summary.table
+        assert shown == f"delta {tmp_path / 'events'} version {generation}"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import records
@@ -29,6 +29,7 @@ from ..records.task import TaskCommitRecord
 from ..status import JobStatus
 from ..tasks.attempts import TaskAttempts
 from .stage import Plan, Stage
+from .table import check_table
 
 
 class RecoverTasks(Stage[Sequence[int], dict[int, TaskCommitRecord]]):
@@ -95,6 +96,9 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
         scope, job = self.scope, self.run.job
         check_tree(scope, recs.values())
         dsts = {f.path for rec in recs.values() for f in rec.files}
+        if scope.table is not None:   # the table transaction replaces; nothing is deleted at file level
+            check_table(scope, recs.values())
+            return self._fix(recs, set(), marker_dirs_above(dsts))
         replaced = job.replaced_files
         replace_files = set(job.replace_files)  # e.g. the small files a compaction merged
         visible = scope.visible_files()
@@ -115,6 +119,11 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
         withdraw = marker_dirs_above(dsts | deletions)
         if mode.withdraws_all_markers:
             withdraw |= set(scope.store.marker_dirs(SUCCESS))
+        return self._fix(recs, deletions, withdraw)
+
+    def _fix(self, recs: dict[int, TaskCommitRecord], deletions: set[str], withdraw: set[str]) -> Plan:
+        """Record the plan exclusively (or follow the one a concurrent commit recorded first)."""
+        scope, job = self.scope, self.run.job
         winners = {(r.committed_in_app, r.task): r.attempt for r in recs.values()}
         history = {str(t): h for t, h in JobStatus(scope).attempt_history(job, winners).items()
                    if h["failed_attempts"] or h["denied_attempts"] or h["unfinished_attempts"]}
@@ -201,6 +210,9 @@ class SaveCommitLog(Stage[tuple[Plan, int], Committed]):
         plan, renamed = arg
         scope, job = self.scope, self.run.job
         manifest = build_manifest(scope, job, plan, self.run.resumed, renamed)
+        if scope.table is not None:
+            manifest = replace(manifest, table=self.run.table_commit.to_doc() if self.run.table_commit else
+                               {"format": scope.table.format, "table": scope.table.name, "files_added": 0})
         previous = self.run.previous_log
         doc = manifest.to_doc()
         log = CommitLog(doc) if previous is None else previous.followed_by(doc)

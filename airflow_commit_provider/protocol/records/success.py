@@ -52,10 +52,16 @@ class SuccessManifest:
     replaced_generation: str | None
     durations: dict[str, float] = field(default_factory=dict)
     diagnostics: dict[str, Any] = field(default_factory=dict)
+    #: a table target's transaction (:mod:`..tables`): format, table, Delta ``version`` or Iceberg
+    #: ``snapshot_id``, files added and removed; ``None`` (and absent on disk) for a directory of files
+    table: dict[str, Any] | None = None
 
     def to_doc(self) -> dict[str, Any]:
         """The manifest as the JSON object it is on disk (without ``format``, ``version`` and ``retained``)."""
-        return asdict(self)
+        doc = asdict(self)
+        if doc["table"] is None:
+            del doc["table"]   # a directory's _SUCCESS is what it was before tables existed
+        return doc
 
     def with_costs(self, durations: Mapping[str, float], **diagnostics: Any) -> SuccessManifest:
         """This manifest with the commit's durations and more diagnostics (a new object: this one is frozen)."""

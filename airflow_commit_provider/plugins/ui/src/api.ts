@@ -35,6 +35,7 @@ export interface Stage {
   partial_output_visible: boolean;
   files_total: number;
   shards_per_task: number;
+  table: string | null;
 }
 
 export interface RunStatus {
