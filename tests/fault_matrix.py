@@ -1,7 +1,8 @@
 """The fault-injection matrix as one command: ``python -m tests.fault_matrix [--quick]``.
 
 Every injection point x algorithm x file system (local disk; S3 on moto's server, started here on 127.0.0.1) x kill
-style (``os._exit`` and SIGKILL of the worker process). Each cell: an earlier application attempt committed two
+style (``os._exit`` and SIGKILL of the worker process), and a Delta and an Iceberg table (local disk; job commit
+points and the table transaction's own, ``--no-tables`` leaves them out: ``tests/protocol/test_tables.py``). Each cell: an earlier application attempt committed two
 tasks; a worker process runs a whole application attempt and is killed at the point; the job is then recovered as
 Airflow would (a DAG-run clear for ``exit``, "clear only failed" for ``kill``); the output is read back with pyarrow
 row by row (nothing lost, nothing duplicated, old data replaced as overwrite says), and no ``_temporary`` and no
@@ -38,7 +39,38 @@ from tests.protocol import shard_scenario as ss  # noqa: E402
 from tests.protocol.test_crash_matrix import MIDWAY, spawn  # noqa: E402
 from tests.support import start_moto  # noqa: E402
 
-POINTS = [p for p in faults.POINTS if not p.startswith("abort_job.")]
+POINTS = [p for p in faults.POINTS if not p.startswith("abort_job.")] + list(faults.TABLE_POINTS)
+#: the points a job commit into a table reaches (its task side is the files' own): the other rows are "-" there
+TABLE_CELL_POINTS = [p for p in POINTS if p.startswith(("commit_job.", "table_commit."))
+                     and p != "commit_job.mid_delete"]
+
+
+def run_table_cell(fmt: str, point: str, kill: str, base: str) -> str:
+    """A job commit into a Delta or Iceberg table killed at *point*, resumed by a new process: the table then
+    holds an earlier job's rows and this job's exactly once, in exactly two transactions."""
+    from tests.protocol.test_tables import expected, rows, run, transactions
+
+    if point not in TABLE_CELL_POINTS:
+        return "n/a"
+    where = os.path.join(base, uuid.uuid4().hex)
+    cfg = {"format": fmt, "location": where, "table_name": "ns.events" if fmt == "iceberg" else None,
+           "job_id": "events-1", "mode": "append", "partition_by": ["day"], "tasks": 3, "rows": 4, "gen": 0}
+    try:
+        first = run(cfg)
+        if first.returncode != 0:
+            return f"FAIL: the earlier job failed: {first.stderr[-300:]}"
+        cfg = {**cfg, "job_id": "events-2", "gen": 1}
+        proc = run(cfg, f"{point}={kill}@{MIDWAY.get(point, 1)}")
+        if proc.returncode != (FAULT_EXIT_CODE if kill == "exit" else -9):
+            return f"FAIL: worker rc={proc.returncode}: {proc.stderr[-300:]}"
+        again = run({**cfg, "phase": "commit"})
+        if again.returncode != 0:
+            return f"FAIL: the resumed commit failed: {again.stderr[-300:]}"
+        if rows(cfg) != sorted(expected() + expected(gen=1)) or transactions(cfg) != 2:
+            return f"FAIL: {len(rows(cfg))} rows in {transactions(cfg)} transactions"
+        return "pass"
+    except Exception as exc:  # a failed cell is reported, the matrix goes on
+        return f"FAIL: {type(exc).__name__}: {exc} {traceback.format_exc(limit=2)[-200:]}"
 
 
 def new_root(fs: str, base: str) -> str:
@@ -111,8 +143,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="local file system only")
     parser.add_argument("--only", choices=("task", "shards"), help="one of the two matrices")
+    parser.add_argument("--no-tables", action="store_true", help="no Delta and Iceberg columns")
     args = parser.parse_args()
     columns = [("local", 1), ("local", 2)] + ([] if args.quick else [("s3", 1), ("s3", 2), ("s3", "magic")])
+    if not args.no_tables:
+        columns += [("table", "delta"), ("table", "iceberg")]
     moto = None if args.quick else start_moto(os.environ)[0]
     base = tempfile.mkdtemp(prefix="fault-matrix-")
     results: dict[tuple, str] = {}
@@ -124,12 +159,18 @@ def main() -> int:
             for point in points:
                 for fs, alg in columns:
                     for kill in ("exit", "kill"):
-                        results[(matrix, point, fs, alg, kill)] = cell(fs, alg, point, kill, base)
+                        if fs == "table":
+                            outcome = run_table_cell(str(alg), point, kill, base) if matrix == "task" else "n/a"
+                        elif point in faults.TABLE_POINTS:
+                            outcome = "n/a"
+                        else:
+                            outcome = cell(fs, alg, point, kill, base)
+                        results[(matrix, point, fs, alg, kill)] = outcome
     finally:
         shutil.rmtree(base, ignore_errors=True)
         if moto is not None:
             moto.terminate()
-    heads = [f"{fs} {'v' + str(alg) if alg != 'magic' else alg} {kill}" for fs, alg in columns
+    heads = [f"{fs} {'v' + str(alg) if isinstance(alg, int) else alg} {kill}" for fs, alg in columns
              for kill in ("exit", "kill")]
     width = max(map(len, POINTS))
     mark = {"pass": "ok", "n/a": "-"}

@@ -167,7 +167,9 @@ def commit_stage_task(python_callable: Callable[..., Any] | None = None, *, targ
                       purge_on_failure: bool = False, write_retries: int | None = None,
                       write_kwargs: Mapping[str, Any] | None = None, outlets: Sequence[Any] = (),
                       durable: bool = True, job_key: str | None = None, shards_per_task: int = 1,
-                      shard_threads: int | None = None) -> Any:
+                      shard_threads: int | None = None, table_format: str | None = None,
+                      table_name: str | None = None, catalog: Mapping[str, Any] | None = None,
+                      catalog_conn_id: str | None = None) -> Any:
     """``@task.commit_stage(target=..., ...)``: the parameters of
     :func:`~airflow_commit_provider.operators.stage.commit_stage`, but for the callable (the decorated function)
     and its arguments (given by calling or mapping it); *group_id* defaults to the function's name (the job name:
@@ -178,7 +180,8 @@ def commit_stage_task(python_callable: Callable[..., Any] | None = None, *, targ
               "partition_by": partition_by, "commit_threads": commit_threads, "ensure_target": ensure_target,
               "purge_on_failure": purge_on_failure, "write_retries": write_retries, "write_kwargs": write_kwargs,
               "outlets": outlets, "durable": durable, "job_key": job_key, "shards_per_task": shards_per_task,
-              "shard_threads": shard_threads}
+              "shard_threads": shard_threads, "table_format": table_format,
+              "table_name": table_name, "catalog": catalog, "catalog_conn_id": catalog_conn_id}
 
     def decorate(function: Callable[..., Any]) -> CommitStageTask:
         check_user_callables(function, None, "@task.commit_stage")

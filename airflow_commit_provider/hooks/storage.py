@@ -19,6 +19,7 @@ from ..protocol import (
     read_success_marker,
     store_for,
 )
+from ..protocol.tables import TableTarget
 
 
 class CommitStorageHook(BaseHook):
@@ -43,10 +44,13 @@ class CommitStorageHook(BaseHook):
             self.log.info("conn_id %r ignored for the local path %s", self.conn_id, target)
         return store_for(target.removeprefix("file://"), durable=durable)
 
-    def make_committer(self, target: Any, job_id: str, config: CommitConfig) -> FileOutputCommitter:
+    def make_committer(self, target: Any, job_id: str, config: CommitConfig,
+                       table: TableTarget | None = None) -> FileOutputCommitter:
         """The committer of job *job_id* on *target*: the hook owns the store and the connection behind it, so the
-        operators, the maintenance operators and the plugin all get their committers here."""
-        return FileOutputCommitter(self.get_store(target, durable=config.durable), job_id, config)
+        operators, the maintenance operators and the plugin all get their committers here. With *table* (a Delta
+        or Iceberg table) the store is the table's data root and job commit publishes into the table."""
+        store = self.get_store(table.data_root if table is not None else target, durable=config.durable)
+        return FileOutputCommitter(store, job_id, config, table=table)
 
     def committed_manifest(self, target: Any, *, job_id: str | None = None,
                            verify_files: bool = False) -> dict[str, Any] | None:

@@ -24,13 +24,14 @@ import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseHook, BaseOperator
 
 from ..hooks.storage import CommitStorageHook
 from ..links.commit_status import CommitStatusLink, CommitTargetLink
 from ..protocol import CommitConfig, CommitDenied, FileOutputCommitter, InvalidOutputSpec, run_task_attempt
 from ..protocol.config import check_threads, normalize_algorithm, partition_columns
 from ..protocol.modes import check_mode
+from ..protocol.tables import FORMATS as TABLE_FORMATS, TableTarget, table_target
 from .failures import DETERMINISTIC_ERRORS, fail_fast_on_deterministic_errors
 from .lineage import CommitLineageMixin
 from .setup_context import SetupContext
@@ -90,7 +91,7 @@ def _call(func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, An
 
 #: The parameters every operator of a stage takes (:class:`CommitBaseOperator`'s own).
 SHARED_ARGS = ("target", "conn_id", "algorithm", "mode", "partition_by", "commit_threads", "job_name", "durable",
-               "job_key", "shards_per_task")
+               "job_key", "shards_per_task", "table_format", "table_name", "catalog", "catalog_conn_id")
 
 
 def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
@@ -105,7 +106,9 @@ def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
 
     if "target" in args:
         target = args["target"]
-        if target is None or (isinstance(target, str) and not target.strip()):
+        iceberg_elsewhere = args.get("table_format") == "iceberg" and (args.get("catalog") is not None or
+                                                                        args.get("catalog_conn_id") is not None)
+        if (target is None or (isinstance(target, str) and not target.strip())) and not iceberg_elsewhere:
             raise bad("target", "target is required: a local path, a URL such as s3://bucket/prefix, or an "
                                 "ObjectStoragePath")
     checks = {"algorithm": normalize_algorithm, "mode": check_mode,
@@ -129,7 +132,36 @@ def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
                              "scratch target on a local disk: nothing is fsynced)")
     if out.get("mode") == "dynamic" and "partition_by" in args and not out["partition_by"]:
         raise bad("partition_by", "mode='dynamic' replaces the partitions a job writes, so it needs partition_by")
+    _check_table_args(args, out, bad)
     return out
+
+
+def _check_table_args(args: Mapping[str, Any], out: Mapping[str, Any],
+                      bad: Callable[[str, str], InvalidOutputSpec]) -> None:
+    """``table_format`` and the Iceberg parameters that go with it (only those given: a ``partial`` may give
+    some only)."""
+    fmt = args.get("table_format")
+    if fmt is None:
+        given = [k for k in ("table_name", "catalog", "catalog_conn_id") if args.get(k) is not None]
+        if given and "table_format" in args:
+            raise bad(given[0], "is a table parameter: give table_format='iceberg' too")
+        return
+    if fmt not in TABLE_FORMATS:
+        raise bad("table_format", f"use one of {', '.join(TABLE_FORMATS)}, or None for a directory of files")
+    if out.get("algorithm", 1) != 1:
+        raise bad("algorithm", f"a {fmt} table is committed at job commit in one transaction: use algorithm 1")
+    if fmt == "delta":
+        for k in ("table_name", "catalog", "catalog_conn_id"):
+            if args.get(k) is not None:
+                raise bad(k, "is an Iceberg parameter; a Delta table is its target location")
+        return
+    name = args.get("table_name")
+    if "table_name" in args and (not isinstance(name, str) or "." not in name.strip(".")):
+        raise bad("table_name", "an Iceberg table needs table_name='namespace.table'")
+    if args.get("catalog") is not None and args.get("catalog_conn_id") is not None:
+        raise bad("catalog", "give catalog (pyiceberg catalog properties) or catalog_conn_id, not both")
+    if args.get("catalog") is not None and not isinstance(args["catalog"], Mapping):
+        raise bad("catalog", "give a dict of pyiceberg catalog properties ({'type': 'sql', 'uri': ...})")
 
 
 def _text(value: Any) -> bool:
@@ -174,6 +206,13 @@ class CommitBaseOperator(BaseOperator):
         ``False`` for scratch targets. Object stores are durable per request either way.
     :param shards_per_task: protocol tasks per write task instance (default 1): the write runs them as shards
         (``shards.py``), the commit expects ``N`` per write task instance, the setup records it
+    :param table_format: ``"delta"`` or ``"iceberg"``: job commit publishes into that table in one transaction
+        (README, "Delta Lake and Iceberg tables"); ``None`` (default): a directory of files
+    :param table_name: the Iceberg table, ``"namespace.table"`` (templated)
+    :param catalog: pyiceberg catalog properties; default, with *catalog_conn_id* ``None``: a SQL catalog on SQLite
+        in *target* (``<target>/catalog.db``)
+    :param catalog_conn_id: an Airflow connection whose extras are the catalog properties (say ``{"type":
+        "glue"}``)
 
     Every one is validated at construction, and by ``.partial(...)`` for a mapped operator (whose constructor runs
     only when its tasks run), so a bad value fails the DAG file's import with
@@ -182,7 +221,7 @@ class CommitBaseOperator(BaseOperator):
     ``template_fields`` (``(*CommitBaseOperator.template_fields, ...)``).
     """
 
-    template_fields: Sequence[str] = ("target", "conn_id", "job_name", "job_key")
+    template_fields: Sequence[str] = ("target", "conn_id", "job_name", "job_key", "table_name")
     #: kept for subclasses written against earlier releases: the shared template fields
     commit_template_fields: tuple[str, ...] = tuple(template_fields)
     operator_extra_links = (CommitStatusLink(), CommitTargetLink())
@@ -191,11 +230,14 @@ class CommitBaseOperator(BaseOperator):
     def __init__(self, *, target: Any, conn_id: str | None = None, algorithm: int | str = 1, mode: str = "error",
                  partition_by: Collection[str] | str = (), commit_threads: int | None = None,
                  job_name: str | None = None, durable: bool = True, job_key: str | None = None,
-                 shards_per_task: int = 1, **kwargs: Any) -> None:
+                 shards_per_task: int = 1, table_format: str | None = None, table_name: str | None = None,
+                 catalog: Mapping[str, Any] | None = None, catalog_conn_id: str | None = None,
+                 **kwargs: Any) -> None:
         args = check_commit_args({"target": target, "conn_id": conn_id, "algorithm": algorithm, "mode": mode,
                                   "partition_by": partition_by, "commit_threads": commit_threads,
                                   "job_name": job_name, "durable": durable, "job_key": job_key,
-                                  "shards_per_task": shards_per_task},
+                                  "shards_per_task": shards_per_task, "table_format": table_format,
+                                  "table_name": table_name, "catalog": catalog, "catalog_conn_id": catalog_conn_id},
                                  f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})")
         super().__init__(**kwargs)
         self.target = args["target"]
@@ -208,6 +250,10 @@ class CommitBaseOperator(BaseOperator):
         self.durable = args["durable"]
         self.job_key = args["job_key"]
         self.shards_per_task = args["shards_per_task"]
+        self.table_format = table_format
+        self.table_name = table_name
+        self.catalog = dict(catalog) if catalog is not None else None
+        self.catalog_conn_id = catalog_conn_id
 
     def _job_name(self) -> str:
         if self.job_name:
@@ -242,6 +288,16 @@ class CommitBaseOperator(BaseOperator):
             return None
         return states.get(context["run_id"], {}).get(task_id)
 
+    def table(self) -> TableTarget | None:
+        """The table the stage publishes into (``table_format``), or ``None`` for a directory of files."""
+        if self.table_format is None:
+            return None
+        catalog = self.catalog
+        if self.catalog_conn_id is not None:
+            catalog = dict(BaseHook.get_connection(self.catalog_conn_id).extra_dejson)
+        return table_target(self.table_format, str(self.target) if self.target else None,
+                            table_name=self.table_name, catalog=catalog)
+
     def committer(self, context: Mapping[str, Any]) -> FileOutputCommitter:
         labels = {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "job_name": self._job_name()}
         if self.job_key is not None:
@@ -250,7 +306,8 @@ class CommitBaseOperator(BaseOperator):
             labels["shards_per_task"] = self.shards_per_task
         config = CommitConfig(algorithm=self.algorithm, mode=self.mode, partition_by=self.partition_by,
                               commit_threads=self.commit_threads, labels=labels, durable=self.durable)
-        return CommitStorageHook(self.conn_id).make_committer(self.target, self.job_id(context), config)
+        return CommitStorageHook(self.conn_id).make_committer(self.target, self.job_id(context), config,
+                                                              table=self.table())
 
 
 class CommitSetupOperator(CommitBaseOperator):

@@ -32,7 +32,9 @@ def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., A
                  ensure_target: bool = False, purge_on_failure: bool = False, write_retries: int | None = None,
                  write_kwargs: Mapping[str, Any] | None = None, outlets: Sequence[Any] = (),
                  durable: bool = True, job_key: str | None = None, shards_per_task: int = 1,
-                 shard_threads: int | None = None) -> TaskGroup:
+                 shard_threads: int | None = None, table_format: str | None = None,
+                 table_name: str | None = None, catalog: Mapping[str, Any] | None = None,
+                 catalog_conn_id: str | None = None) -> TaskGroup:
     """Build the stage as a TaskGroup named *group_id* (which is also the job name).
 
     With *expand_op_kwargs* (a list of dicts, or an XComArg resolving to one) the write is mapped: one task per
@@ -44,6 +46,8 @@ def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., A
     ``shards_per_task=N`` makes every write task instance run N protocol tasks (shards, at most *shard_threads* at
     once): the callable is called once per shard with ``shard_index`` (0 .. N-1), shard ``s`` of map index ``i``
     is task ``i * N + s``, and a retry runs only the shards that did not commit (``shards.py``).
+    *table_format* (``"delta"``, ``"iceberg"``) publishes into a table in one transaction at job commit: Delta
+    at *target*; Iceberg *table_name* in *catalog* / *catalog_conn_id* (default: SQLite catalog in *target*).
 
     Example::
 
@@ -56,7 +60,9 @@ def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., A
     check_user_callables(python_callable, writer_callable, owner)
     stage = StageArgs.checked(owner, target=target, conn_id=conn_id, algorithm=algorithm, mode=mode,
                               partition_by=partition_by, commit_threads=commit_threads, durable=durable,
-                              job_key=job_key, ensure_target=ensure_target, purge_on_failure=purge_on_failure,
+                              job_key=job_key, table_format=table_format, table_name=table_name, catalog=catalog,
+                              catalog_conn_id=catalog_conn_id, ensure_target=ensure_target,
+                              purge_on_failure=purge_on_failure,
                               write_retries=write_retries, write_kwargs=write_kwargs, outlets=outlets,
                               shards_per_task=shards_per_task, shard_threads=shard_threads)
     check_write_shards({"python_callable": python_callable, "writer_callable": writer_callable,

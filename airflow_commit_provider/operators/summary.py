@@ -72,6 +72,9 @@ class CommitSummary:
     file_list_truncated: bool = False
     #: the manifest's diagnostics (store, threads, requests, ...): for people, not a stable interface
     diagnostics: dict[str, Any] = field(default_factory=dict)
+    #: a table target's transaction: ``format``, ``table``, ``version`` (Delta) or ``snapshot_id`` (Iceberg),
+    #: ``files_added``, ``files_removed``, ``already_committed``; ``None`` for a directory of files
+    table: dict[str, Any] | None = None
 
     @classmethod
     def from_manifest(cls, manifest: Mapping[str, Any], max_files: int = MAX_FILES) -> CommitSummary:
@@ -93,7 +96,8 @@ class CommitSummary:
                    resumed=bool(diagnostics.get("resumed", False)), started=manifest.get("started"),
                    finished=manifest.get("finished"), durations=dict(manifest.get("durations", {})),
                    warnings=list(diagnostics.get("warnings", [])), file_list=[dict(f) for f in files[:max_files]],
-                   file_list_truncated=len(files) > max_files, diagnostics=diagnostics)
+                   file_list_truncated=len(files) > max_files, diagnostics=diagnostics,
+                   table=dict(manifest["table"]) if manifest.get("table") else None)
 
     @classmethod
     def from_xcom(cls, value: Mapping[str, Any]) -> CommitSummary:
@@ -113,6 +117,9 @@ class CommitSummary:
 
     def asset_extra(self) -> dict[str, Any]:
         """The ``extra`` of the commit task's asset events (its outlets), emitted only once the data is committed."""
-        return {"job_id": self.job_id, "job_uuid": self.job_uuid, "app_attempt": self.app_attempt,
-                "generation": self.generation, "output": self.target, "files": self.files, "rows": self.rows,
-                "bytes": self.bytes}
+        extra = {"job_id": self.job_id, "job_uuid": self.job_uuid, "app_attempt": self.app_attempt,
+                 "generation": self.generation, "output": self.target, "files": self.files, "rows": self.rows,
+                 "bytes": self.bytes}
+        if self.table is not None:   # the table version / snapshot a consumer should read
+            extra["table"] = {k: v for k, v in self.table.items() if k != "already_committed"}
+        return extra

@@ -67,6 +67,15 @@ class Totals(BaseModel):
     partitions: int | None = None
 
 
+class CommitFailure(BaseModel):
+    """The job's last failed commit, from the summary it left beside the job's records (``_commit_failure.json``)."""
+
+    at: str | None = None
+    stage: str | None = None
+    error: str | None = None
+    message: str | None = None
+
+
 class Abort(BaseModel):
     """What the failed run's teardown did."""
 
@@ -100,12 +109,17 @@ class Stage(BaseModel):
     timeline: list[CommitStageTime] = Field(default_factory=list)
     total_seconds: float | None = None
     aborted: Abort | None = None
+    #: the last job commit of this generation that failed (while the job is not committed)
+    commit_failure: CommitFailure | None = None
     next_steps: list[str] = Field(default_factory=list)
     #: algorithm v2: task outputs became visible at task commit
     partial_output_visible: bool = False
     files_total: int = 0
     #: protocol tasks (shards) per write task instance
     shards_per_task: int = 1
+    #: a table target's committed transaction, in words: ``delta /lake/events version 3``, ``iceberg lake.events
+    #: snapshot 4242...``; ``None`` for a directory of files or a job not committed yet
+    table: str | None = None
 
 
 class RunStatus(BaseModel):
@@ -337,6 +351,17 @@ def next_steps(job: Mapping[str, Any], rows: Sequence[TaskRow], commit_ti: TaskI
     return []
 
 
+def table_text(table: Any) -> str | None:
+    """The table version or snapshot a committed job produced, as the view shows it."""
+    if not isinstance(table, Mapping) or not table.get("format"):
+        return None
+    if "version" in table:
+        return f"{table['format']} {table.get('table')} version {table['version']}"
+    if "snapshot_id" in table:
+        return f"{table['format']} {table.get('table')} snapshot {table['snapshot_id']}"
+    return f"{table['format']} {table.get('table')} (no transaction: nothing to add)"
+
+
 def timeline(job: Mapping[str, Any], commit_summary: Mapping[str, Any] | None) -> tuple[list[CommitStageTime],
                                                                                            float | None]:
     """The job commit's stages, from ``_SUCCESS`` (the stages up to its own writing) and the commit task's summary
@@ -361,6 +386,7 @@ class StageModel:
         self.files = [f for f in job.get("files") or [] if isinstance(f, dict)]
         counts = Counter(r.status for r in self.rows)
         aborted = job.get("aborted")
+        failure = job.get("commit_failure")
         stages, total = timeline(job, commit_summary)
         totals = job.get("totals")
         self.summary = Stage(
@@ -375,9 +401,11 @@ class StageModel:
             timeline=stages, total_seconds=total,
             aborted=Abort(at=aborted.get("at"), kept_tasks=list(aborted.get("kept_committed_tasks") or []),
                           visible_files_removed=aborted.get("visible_files_removed") or 0) if aborted else None,
+            commit_failure=CommitFailure(**{k: failure.get(k) for k in CommitFailure.model_fields})
+            if isinstance(failure, dict) else None,
             next_steps=next_steps(job, self.rows, roles.get("commit")),
             partial_output_visible=str(job.get("algorithm")) == "2", files_total=len(self.files),
-            shards_per_task=shards)
+            shards_per_task=shards, table=table_text(job.get("table")))
 
     def page(self, version: str, status: str | None, offset: int, limit: int, task: int | None,
              map_index: int | None = None) -> TaskPage:

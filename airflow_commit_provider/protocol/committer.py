@@ -39,6 +39,7 @@ from .layout import JobLayout
 from .records.job import CommitLog, JobRecord
 from .status import JobStatus
 from .stores import Store, store_for
+from .tables.common import TableTarget
 from .tasks.attempts import TaskAttemptContext, TaskAttempts
 
 
@@ -82,22 +83,30 @@ class FileOutputCommitter(OutputCommitter):
     :param job_id: stable across retries and clears of the job (one write stage of one DAG run).
     :param config: a :class:`~.config.CommitConfig`; or give its fields as keywords (``algorithm``, ``mode``,
         ``partition_by``, ``commit_threads``, ``labels``, ``part_size``, ``durable``), validated there.
+    :param table: a Delta or Iceberg table (:mod:`.tables`) whose data root is *output*: job commit then publishes
+        the files into it with one table transaction (algorithm 1 only; partition columns stay in the files).
     """
 
     def __init__(self, output: Any, job_id: str, config: CommitConfig | None = None, *, fs: Any = None,
-                 storage_options: dict[str, Any] | None = None, **settings: Any) -> None:
+                 storage_options: dict[str, Any] | None = None, table: TableTarget | None = None,
+                 **settings: Any) -> None:
         self.config = config if config is not None else CommitConfig(**settings)
         if config is not None and settings:
             raise TypeError(f"give a CommitConfig or its fields, not both (got {sorted(settings)} too)")
         store = store_for(output, fs=fs, storage_options=storage_options, durable=self.config.durable)
         #: the job's scope: every step below hands over to the module that owns it, with this
-        self.job = Job(store, job_id, self.config)
+        self.job = Job(store, job_id, self.config, table)
         self.attempts = TaskAttempts(self.job)
 
     # ------------------------------------------------------------------ what the job is
     @property
     def job_id(self) -> str:
         return self.job.job_id
+
+    @property
+    def table(self) -> TableTarget | None:
+        """The table job commit publishes into, or ``None`` for a directory of files."""
+        return self.job.table
 
     @property
     def store(self) -> Store:

@@ -76,8 +76,17 @@ DEDUP_POINTS: tuple[str, ...] = (
     "dedup.after_markers",
 )
 
+#: The points only a job commit into a table (:mod:`.tables`) reaches: after the check that the table does not
+#: hold the generation yet (on the snapshot the transaction is built on), just before the transaction is sent, and
+#: after it, before the commit log and ``_SUCCESS`` (a resumed commit then finds the generation in the table and
+#: adds nothing).
+TABLE_POINTS: tuple[str, ...] = (
+    "table_commit.before",
+    "table_commit.after",
+)
+
 #: Every point a fault can be armed at.
-ALL_POINTS: tuple[str, ...] = POINTS + COMPACTION_POINTS + DEDUP_POINTS
+ALL_POINTS: tuple[str, ...] = POINTS + COMPACTION_POINTS + DEDUP_POINTS + TABLE_POINTS
 
 
 class InjectedFault(RuntimeError):

@@ -20,6 +20,7 @@ from .publish import Publisher, publisher_for
 from .records.job import CommitLog, CommitPlan, JobRecord
 from .records.task import TaskCommitRecord
 from .stores import Store
+from .tables.common import TableTarget
 from .targetclaim import TargetClaim
 from .tasks.ledger import AttemptLedger
 
@@ -27,8 +28,13 @@ from .tasks.ledger import AttemptLedger
 class Job:
     """One job (*job_id*, stable across retries and clears of one write stage of one DAG run) on *store*."""
 
-    def __init__(self, store: Store, job_id: str, config: CommitConfig) -> None:
+    def __init__(self, store: Store, job_id: str, config: CommitConfig, table: TableTarget | None = None) -> None:
+        if table is not None and config.algorithm != 1:
+            raise InvalidOutputSpec(f"a {table.format} table is committed at job commit: use algorithm 1, not "
+                                    f"{config.algorithm!r}")
         self.store = store
+        #: the table job commit publishes into (:mod:`.tables`; *store* is its data root), or ``None`` for files
+        self.table = table
         self.job_id = check_job_id(job_id)
         self.config = config
         self.mode: Mode = config.strategy
@@ -125,6 +131,9 @@ class Job:
 
     def check_empty(self, own_files: set[str], visible: set[str] | None = None) -> None:
         """:class:`InvalidOutputSpec` when the target holds data files other than *own_files* (mode ``error``)."""
+        if self.table is not None:
+            self.table.check_empty()   # files no snapshot lists (an earlier overwrite's) are not data
+            return
         others = sorted((self.visible_files() if visible is None else visible) - own_files)
         if others:
             shown = ", ".join(others[:5]) + (" ..." if len(others) > 5 else "")

@@ -246,3 +246,37 @@ def test_dedup_then_compaction_operators(dags):
     got = pq.read_table(root).column("id").to_pylist()
     assert sorted(got) == sorted(ids), "the duplicate is gone, no row lost"
     assert len(sc.visible_files(root)) == 1, "eight small files merged into one"
+
+
+def test_example_tables_dag_commits_each_job_once_per_table(dags):
+    """The Delta and Iceberg example end to end, then cleared after success: each table holds every row exactly
+    once, read by its own reader, and the clear's generation replaced the first one's files in one transaction."""
+    pytest.importorskip("deltalake")
+    pytest.importorskip("pyiceberg")
+    import deltalake
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    module = importlib.import_module("example_tables")
+    root = os.environ["COMMIT_DEMO_ROOT"]
+    warehouse = os.path.join(root, "warehouse")
+
+    def table_rows():
+        delta = pa.table(deltalake.DeltaTable(os.path.join(root, "events_delta")).to_pyarrow_table())
+        catalog = SqlCatalog("commit_provider", uri=f"sqlite:///{warehouse}/catalog.db", warehouse=f"file://{warehouse}")
+        iceberg = catalog.load_table("demo.events")
+        return delta["event_id"].to_pylist(), iceberg.scan().to_arrow()["event_id"].to_pylist(), iceberg
+
+    date = datetime(2024, 3, 1, tzinfo=timezone.utc)
+    for generation in (0, 1):                            # the run, then a clear of the successful run
+        dr = run(module.dag, date)
+        assert dr.state == "success", states(dr)
+        delta_ids, iceberg_ids, iceberg = table_rows()
+        assert sorted(delta_ids) == sorted(iceberg_ids) == list(range(12000)), generation
+        delta_marker = read_success_marker(os.path.join(root, "events_delta"))
+        assert delta_marker["generation"] == generation
+        assert delta_marker["table"]["version"] == deltalake.DeltaTable(os.path.join(root, "events_delta")).version()
+        iceberg_marker = read_success_marker(os.path.join(iceberg.location(), "data"))
+        assert iceberg_marker["table"]["snapshot_id"] == iceberg.current_snapshot().snapshot_id
+    assert deltalake.DeltaTable(os.path.join(root, "events_delta")).version() == 1
+    assert len(iceberg.metadata.snapshots) == 2

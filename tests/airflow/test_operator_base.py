@@ -154,7 +154,8 @@ def test_shared_parameters_are_normalised_and_templated():
         assert isinstance(op, CommitBaseOperator)
         assert (op.algorithm, op.mode, op.partition_by) == (2, "dynamic", ["day"])
         assert tuple(op.template_fields[:3]) == ("target", "conn_id", "job_name")
-    assert tuple(mapped.template_fields) == ("target", "conn_id", "job_name", "job_key", "op_args", "op_kwargs")
+    assert tuple(mapped.template_fields) == ("target", "conn_id", "job_name", "job_key", "table_name", "op_args",
+                                            "op_kwargs")
     with pytest.raises(TypeError, match="only be called on Operator classes"):
         ops[1].partial(task_id="again")
 
@@ -330,3 +331,29 @@ def test_a_failed_runs_teardown_says_how_to_remove_what_it_kept(tmp_path):
     assert (python, flag) == ("python", "-c")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
     assert not (tmp_path / "events" / "_temporary").exists(), "the command removed the job's records"
+
+
+BAD_TABLE = [
+    ({"table_format": "hudi"}, "table_format='hudi'", "use one of delta, iceberg"),
+    ({"table_format": "delta", "algorithm": 2}, "algorithm=2", "use algorithm 1"),
+    ({"table_format": "delta", "table_name": "ns.t"}, "table_name='ns.t'", "is an Iceberg parameter"),
+    ({"table_format": "iceberg", "table_name": "events"}, "table_name='events'", "table_name='namespace.table'"),
+    ({"table_format": "iceberg", "table_name": "ns.t", "catalog": {"type": "sql"}, "catalog_conn_id": "c"},
+     "catalog={'type': 'sql'}", "not both"),
+    ({"table_name": "ns.t"}, "table_name='ns.t'", "give table_format='iceberg' too"),
+]
+
+
+@pytest.mark.parametrize("params,shown,why", BAD_TABLE, ids=[p for _, p, _ in BAD_TABLE])
+def test_a_bad_table_parameter_fails_at_construction_naming_it(params, shown, why):
+    with _dag("opbase_table") as dag, pytest.raises(InvalidOutputSpec) as raised:
+        commit_stage("events", target="/data/events", python_callable=load_shard, **params)
+    assert str(raised.value).startswith(f"commit_stage('events'): {shown}: ") and why in str(raised.value)
+    assert dag.task_ids == []
+
+
+def test_an_iceberg_stage_with_a_catalog_needs_no_target():
+    with _dag("opbase_iceberg"):
+        group = commit_stage("events", target=None, python_callable=load_shard, table_format="iceberg",
+                             table_name="ns.events", catalog={"type": "sql", "uri": "sqlite:///x.db"})
+    assert sorted(t.task_id for t in group) == ["events.abort", "events.commit", "events.setup", "events.write"]

@@ -139,3 +139,47 @@ def test_writer_retry_finds_its_target_thanks_to_the_pre_execute_guard(deploymen
     guarded = dep.task_log("ct_spark_guarded", run_id, "insert_overwrite", 2)
     assert "ensure-target before try 2 of insert_overwrite" in guarded and "was missing: created it" in guarded
     assert "Path does not exist" in dep.task_log("ct_spark_unguarded", run_id, "insert_overwrite", 2)
+
+
+def test_table_stages_retried_killed_after_their_transaction_and_cleared_after_success(deployment):
+    """Delta and Iceberg under the real scheduler: a write try that fails midway, the commit task's first try
+    SIGKILLed right after its table transaction (its retry resumes and adds nothing), then a clear after success
+    (a new generation that replaces the first): every row exactly once in each table, by the format's reader."""
+    pytest.importorskip("deltalake")
+    pytest.importorskip("pyiceberg")
+    import deltalake
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    dep, dag_id, run_id = deployment, "tbl_deploy", "rest-tables"
+    (dep.work / f"fail-{dag_id}-2-1").touch()
+    for stage in ("delta", "iceberg"):
+        (dep.work / f"kill-commit-{dag_id}-{stage}-1").touch()
+    warehouse = dep.root / dag_id / "iceberg"
+
+    def tables():
+        delta = pa.table(deltalake.DeltaTable(str(dep.root / dag_id / "delta")).to_pyarrow_table())
+        iceberg = SqlCatalog("commit_provider", uri=f"sqlite:///{warehouse}/catalog.db",
+                             warehouse=f"file://{warehouse}").load_table("deploy.events")
+        return delta, iceberg
+
+    expected = [(s, r) for s in range(4) for r in range(10)]
+    for generation in (0, 1):
+        if generation:
+            dep.clear(dag_id, run_id, only_failed=False)         # a clear after success: generation 1
+        else:
+            dep.trigger(dag_id, run_id)
+        assert dep.wait_run(dag_id, run_id) == "success", dep.ti_states(dag_id, run_id)
+        delta, iceberg = tables()
+        scanned = iceberg.scan().to_arrow()
+        for t in (delta, scanned):
+            assert sorted(zip(t["shard"].to_pylist(), t["row"].to_pylist())) == expected, generation
+        assert deltalake.DeltaTable(str(dep.root / dag_id / "delta")).version() == generation
+        assert len(iceberg.metadata.snapshots) == generation + 1
+        if generation == 0:   # the commit's first try was killed after its transaction; the retry added nothing
+            for stage in ("delta", "iceberg"):
+                ti = dep.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{stage}.commit")
+                assert ti["try_number"] == 2, ti
+                success = read_success_marker(str(dep.root / dag_id / stage) if stage == "delta" else
+                                              f"{iceberg.location()}/data".removeprefix("file://"))
+                assert success["table"]["already_committed"] is True, success["table"]

@@ -4,6 +4,8 @@
 
     RecoverTasks -> FixPlan -> WithdrawMarkers -> Publish -> DeleteOld -> SaveCommitLog -> WriteMarkers -> Cleanup
 
+and, for a table target (:mod:`.table`), ``TableCommit`` (the one table transaction) after ``DeleteOld``.
+
 The stages (:mod:`.stages`) take the job's scope (:class:`~..job.Job`) through the run they share
 (:class:`~.stage.JobCommitRun`), never the committer; the base :class:`~.stage.Stage` times, counts, logs and
 fault-injects each, in success and failure. A commit that fails leaves its summary (the stage that failed, the
@@ -26,6 +28,7 @@ from ..job import Job
 from ..records.job import JobRecord
 from ..timing import StageClock
 from .stage import JobCommitRun, Plan
+from .table import TableCommitStage
 from .stages import (
     Cleanup,
     DeleteOld,
@@ -98,6 +101,8 @@ def run_job_commit(scope: Job, job: JobRecord, tasks: Sequence[int] | None,
     plan = WithdrawMarkers(run)(plan)
     renamed = Publish(run)(plan)
     DeleteOld(run)(plan)
+    if scope.table is not None:
+        TableCommitStage(run)(plan)
     manifest = WriteMarkers(run)(SaveCommitLog(run)((plan, renamed)))
     # _SUCCESS holds the stages up to its own writing; the caller also gets the markers stage and the cleanup
     manifest["durations"]["markers"] = run.clock.durations["markers"]

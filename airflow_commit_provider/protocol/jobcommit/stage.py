@@ -16,6 +16,7 @@ from ..faults import inject
 from ..job import Job
 from ..records.job import CommitLog, CommitPlan, JobRecord
 from ..records.task import TaskCommitRecord
+from ..tables.common import TableCommit
 from ..timing import StageClock, Timed
 
 In = TypeVar("In")
@@ -35,6 +36,8 @@ class JobCommitRun:
     defer_cleanup: bool = False
     #: the commit log as it was before this commit, read (and validated) before anything visible changes
     previous_log: CommitLog | None = None
+    #: a table target's transaction (:class:`~.table.TableCommitStage`), reported in the manifest
+    table_commit: TableCommit | None = None
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import records
@@ -24,11 +24,12 @@ from ..parallel import parallel
 from ..paths import partition_of
 from ..records.inputs import check_unchanged
 from ..records.job import CommitLog, CommitPlan, JobRecord
-from ..records.success import marker_dirs_above, withdraw_markers, write_markers
+from ..records.success import SuccessManifest, marker_dirs_above, withdraw_markers, write_markers
 from ..records.task import TaskCommitRecord
 from ..status import JobStatus
 from ..tasks.attempts import TaskAttempts
 from .stage import Plan, Stage
+from .table import check_table
 
 
 class RecoverTasks(Stage[Sequence[int], dict[int, TaskCommitRecord]]):
@@ -95,6 +96,9 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
         scope, job = self.scope, self.run.job
         check_tree(scope, recs.values())
         dsts = {f.path for rec in recs.values() for f in rec.files}
+        if scope.table is not None:   # the table transaction replaces; nothing is deleted at file level
+            check_table(scope, recs.values())
+            return self._fix(recs, set(), marker_dirs_above(dsts))
         replaced = job.replaced_files
         replace_files = set(job.replace_files)  # e.g. the small files a compaction merged
         visible = scope.visible_files()
@@ -115,6 +119,11 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
         withdraw = marker_dirs_above(dsts | deletions)
         if mode.withdraws_all_markers:
             withdraw |= set(scope.store.marker_dirs(SUCCESS))
+        return self._fix(recs, deletions, withdraw)
+
+    def _fix(self, recs: dict[int, TaskCommitRecord], deletions: set[str], withdraw: set[str]) -> Plan:
+        """Record the plan exclusively (or follow the one a concurrent commit recorded first)."""
+        scope, job = self.scope, self.run.job
         winners = {(r.committed_in_app, r.task): r.attempt for r in recs.values()}
         history = {str(t): h for t, h in JobStatus(scope).attempt_history(job, winners).items()
                    if h["failed_attempts"] or h["denied_attempts"] or h["unfinished_attempts"]}
@@ -186,7 +195,7 @@ class Committed:
     """The manifest of the committed job, and its file list as JSON (encoded once, for the commit log and for
     ``_SUCCESS``: at 10,000 files the encoding costs as much as a tenth of the renames)."""
 
-    manifest: dict[str, Any]
+    manifest: SuccessManifest
     files_json: bytes
 
 
@@ -200,16 +209,19 @@ class SaveCommitLog(Stage[tuple[Plan, int], Committed]):
     def apply(self, arg: tuple[Plan, int]) -> Committed:
         plan, renamed = arg
         scope, job = self.scope, self.run.job
-        manifest = build_manifest(scope, job, plan, self.run.resumed)
-        manifest["diagnostics"]["directories_renamed"] = renamed
+        manifest = build_manifest(scope, job, plan, self.run.resumed, renamed)
+        if scope.table is not None:
+            manifest = replace(manifest, table=self.run.table_commit.to_doc() if self.run.table_commit else
+                               {"format": scope.table.format, "table": scope.table.name, "files_added": 0})
         previous = self.run.previous_log
-        log = CommitLog(manifest) if previous is None else previous.followed_by(manifest)
-        files_json = records.encode(manifest["files"])
+        doc = manifest.to_doc()
+        log = CommitLog(doc) if previous is None else previous.followed_by(doc)
+        files_json = records.encode(manifest.files)
         scope.store.write_bytes(scope.layout.commit_log, log.to_json(files_json))
         return Committed(manifest, files_json)
 
     def counts(self, out: Committed) -> dict[str, int]:
-        return {"files": out.manifest["totals"]["files"], "bytes": out.manifest["totals"]["bytes"]}
+        return {"files": out.manifest.totals["files"], "bytes": out.manifest.totals["bytes"]}
 
 
 class WriteMarkers(Stage[Committed, dict[str, Any]]):
@@ -219,15 +231,12 @@ class WriteMarkers(Stage[Committed, dict[str, Any]]):
     fault = "commit_job.after_success"
 
     def apply(self, committed: Committed) -> dict[str, Any]:
-        manifest = committed.manifest
         costs = self.run.clock.summary()
-        manifest["durations"] = costs["durations"]
-        manifest["diagnostics"].update(requests=costs["requests"], bytes_copied=costs["bytes_copied"])
-        retained = write_markers(self.scope.store, {k: v for k, v in manifest.items() if k != "files"},
-                                 manifest["files"], per_partition=self.scope.mode.partition_markers,
+        manifest = committed.manifest.with_costs(costs["durations"], requests=costs["requests"],
+                                                 bytes_copied=costs["bytes_copied"])
+        retained = write_markers(self.scope.store, manifest, per_partition=self.scope.mode.partition_markers,
                                  files_json=committed.files_json)
-        manifest["diagnostics"]["retained_files"] = retained
-        return manifest
+        return manifest.with_costs(manifest.durations, retained_files=retained).to_doc()
 
 
 class Cleanup(Stage[dict[str, Any], dict[str, Any]]):
@@ -256,7 +265,7 @@ class Cleanup(Stage[dict[str, Any], dict[str, Any]]):
         return manifest
 
 
-def build_manifest(scope: Job, job: JobRecord, plan: Plan, resumed: bool) -> dict[str, Any]:
+def build_manifest(scope: Job, job: JobRecord, plan: Plan, resumed: bool, renamed: int) -> SuccessManifest:
     """The ``_SUCCESS`` document of a job commit, from its plan and records (durations are added last)."""
     recs = plan.recs
     files = sorted(({"path": f.path, "size": f.size, "rows": f.rows, "task": rec.task}
@@ -269,26 +278,25 @@ def build_manifest(scope: Job, job: JobRecord, plan: Plan, resumed: bool) -> dic
     partitions = sorted({partition_of(f["path"]) for f in files} - {""})
     history = plan.fixed.attempt_history
     empty = {"failed_attempts": [], "denied_attempts": [], "unfinished_attempts": []}
-    return {
-        "committer": scope.publisher.committer_name, "algorithm": scope.publisher.algorithm, "mode": scope.mode.name,
-        "partition_by": list(scope.config.partition_by), "job_id": scope.job_id, "job_uuid": job.job_uuid,
-        "generation": job.generation, "app_attempt": plan.fixed.app_attempt, "labels": dict(job.labels),
-        "started": plan.fixed.started, "finished": records.now_iso(), "output": scope.store.url(),
-        "files": files,
-        "totals": {"files": len(files), "bytes": sum(f["size"] for f in files),
-                   "rows": sum(r for r in rows if r is not None) if None not in rows else None,
-                   "tasks": len(recs), "partitions": len(partitions)},
-        "partitions": partitions,
-        "tasks": [{"task": r.task, "attempt": r.attempt, "app_attempt": r.app_attempt,
-                   "recovered_from_app": r.recovered_from_app, "committed_attempt": f"{r.committed_in_app}.{r.attempt}",
-                   "files": len(r.files),
-                   **{**empty, **history.get(str(r.task), {})}} for r in recs],
-        "deleted": {"files": len(plan.fixed.deletions)},
-        "replaced_generation": job.replaces.job_uuid if job.replaces else None,
-        "durations": {},
-        "diagnostics": {"resumed": resumed, "commit_threads": scope.commit_threads, "store": scope.store.protocol,
-                        "visibility": scope.publisher.visibility, "warnings": warnings, "pid": os.getpid()},
-    }
+    return SuccessManifest(
+        committer=scope.publisher.committer_name, algorithm=scope.publisher.algorithm, mode=scope.mode.name,
+        partition_by=list(scope.config.partition_by), job_id=scope.job_id, job_uuid=job.job_uuid,
+        generation=job.generation, app_attempt=plan.fixed.app_attempt, labels=dict(job.labels),
+        started=plan.fixed.started, finished=records.now_iso(), output=scope.store.url(),
+        files=files,
+        totals={"files": len(files), "bytes": sum(f["size"] for f in files),
+                "rows": sum(r for r in rows if r is not None) if None not in rows else None,
+                "tasks": len(recs), "partitions": len(partitions)},
+        partitions=partitions,
+        tasks=[{"task": r.task, "attempt": r.attempt, "app_attempt": r.app_attempt,
+                "recovered_from_app": r.recovered_from_app, "committed_attempt": f"{r.committed_in_app}.{r.attempt}",
+                "files": len(r.files),
+                **{**empty, **history.get(str(r.task), {})}} for r in recs],
+        deleted={"files": len(plan.fixed.deletions)},
+        replaced_generation=job.replaces.job_uuid if job.replaces else None,
+        diagnostics={"resumed": resumed, "commit_threads": scope.commit_threads, "store": scope.store.protocol,
+                     "visibility": scope.publisher.visibility, "warnings": warnings, "pid": os.getpid(),
+                     "directories_renamed": renamed})
 
 
 def check_tree(scope: Job, recs: Iterable[TaskCommitRecord]) -> None:

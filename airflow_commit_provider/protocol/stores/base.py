@@ -39,6 +39,10 @@ class Store(ABC):
     def read_bytes(self, rel: str) -> bytes:
         """Content of a file; :class:`FileNotFoundError` when it does not exist."""
 
+    def read_tail(self, rel: str, size: int) -> bytes:
+        """The last *size* bytes of a file (all of it when smaller): a Parquet footer without the data."""
+        return self.read_bytes(rel)[-size:]
+
     @abstractmethod
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Create or replace a file so that readers see the old or the new content, never a mix."""

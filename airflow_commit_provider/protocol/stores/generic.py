@@ -40,6 +40,9 @@ class FsspecStore(Store):
     def read_bytes(self, rel: str) -> bytes:
         return bytes(self.fs.cat_file(self._p(rel)))
 
+    def read_tail(self, rel: str, size: int) -> bytes:
+        return bytes(self.fs.tail(self._p(rel), size))
+
     def write_bytes(self, rel: str, data: bytes) -> None:
         self.fs.pipe_file(self._p(rel), data)
 

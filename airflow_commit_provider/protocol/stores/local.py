@@ -71,6 +71,19 @@ class LocalStore(Store):
         finally:
             os.close(fd)
 
+    def read_tail(self, rel: str, size: int) -> bytes:
+        fd = os.open(self._p(rel), os.O_RDONLY)
+        try:
+            end = os.fstat(fd).st_size
+            start = max(0, end - size)
+            parts = []
+            while start < end and (chunk := os.pread(fd, end - start, start)):
+                parts.append(chunk)
+                start += len(chunk)
+            return b"".join(parts)
+        finally:
+            os.close(fd)
+
     def _tmp_for(self, path: str) -> str:
         head, tail = os.path.split(path)
         return os.path.join(head, f".{tail}.{uuid.uuid4().hex}.tmp")

@@ -78,6 +78,10 @@ class S3Store(FsspecStore):
         self._hook()
         return bytes(self.fs.cat_file(self._p(rel)))
 
+    def read_tail(self, rel: str, size: int) -> bytes:
+        self._hook()
+        return bytes(self.fs.tail(self._p(rel), size))
+
     def list_files(self, rel: str = "", *, visible_only: bool = False) -> list[tuple[str, int]]:
         self._hook()
         self.fs.invalidate_cache()

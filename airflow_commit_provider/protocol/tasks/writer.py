@@ -2,7 +2,7 @@
 
 Files go into the attempt's work directory only; nothing here makes them visible. Names follow Spark so that
 existing tools recognise them: ``part-<task:05d>-<job uuid>-c<file:03d>.<codec>.parquet``, one counter per task
-across partitions, partition directories ``key=value`` (Hive), partition columns left out of the files.
+across partitions, partition directories ``key=value`` (Hive), partition columns left out of the files (kept for a table target).
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ class TaskAttemptWriter:
             self._open_raw = lambda rel: target.open_write(f"{attempt.work_dir}/{rel}")
         self.attempt = attempt
         self.partition_by = tuple(partition_by)
+        #: a table commit (:mod:`.tables`) derives partition values from the columns (Iceberg) and reads types
+        #: from the files (Delta): the partition columns stay in the files
+        self.keep_partition_columns = getattr(target, "table", None) is not None
         self.compression = compression
         self.max_rows_per_file = max_rows_per_file
         self.rows: dict[str, int | None] = {}
@@ -115,7 +118,7 @@ class TaskAttemptWriter:
             return data.num_rows
         parts = _split_by_partition(data, self.partition_by)  # every directory validated before any file opens
         for part, rows in parts:
-            self._write_part(part, rows.drop_columns(list(self.partition_by)))
+            self._write_part(part, rows if self.keep_partition_columns else rows.drop_columns(list(self.partition_by)))
         return data.num_rows
 
     def _write_part(self, part: str, table: pa.Table) -> None:

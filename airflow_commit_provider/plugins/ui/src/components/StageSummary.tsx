@@ -34,13 +34,14 @@ export const StageFacts = ({ stage, zone }: { readonly stage: Stage; readonly zo
     ["committer", stage.committer],
     ["algorithm", stage.algorithm, TERM_HELP.algorithm],
     ["mode", stage.mode],
+    ["table", stage.table],
     ["committed at", stage.state === "committed" ? formatTime(stage.finished, zone) : null],
   ];
   return (
     <DataList.Root data-testid="facts" display="grid" gap="3" gridTemplateColumns="repeat(4, minmax(0, 1fr))"
       orientation="vertical" size="sm">
       {facts.filter(([, v]) => v !== null && v !== undefined && v !== "").map(([label, value, help]) => (
-        <DataList.Item gridColumn={label === "target" ? "span 2" : undefined} key={label}>
+        <DataList.Item gridColumn={label === "target" || label === "table" ? "span 2" : undefined} key={label}>
           <DataList.ItemLabel title={help}>{label}</DataList.ItemLabel>
           <DataList.ItemValue data-field={label.replaceAll(" ", "_")} wordBreak="break-all">{value}</DataList.ItemValue>
         </DataList.Item>
@@ -64,6 +65,16 @@ export const StageSummary = ({ stage, zone }: { readonly stage: Stage; readonly 
         </Alert.Root>
       ) : undefined}
       {stage.error ? <Text color="fg.error">{stage.error}</Text> : undefined}
+      {stage.commit_failure && stage.state !== "committed" ? (
+        <Alert.Root data-testid="commit-failure" status="error" variant="outline">
+          <Alert.Indicator />
+          <Alert.Description>
+            The last job commit failed{stage.commit_failure.at ? ` at ${formatTime(stage.commit_failure.at, zone)}` : ""}
+            {" "}in its {stage.commit_failure.stage} stage: {stage.commit_failure.error}: {stage.commit_failure.message}.
+            Nothing it had not finished is visible; the next commit resumes or starts it again.
+          </Alert.Description>
+        </Alert.Root>
+      ) : undefined}
       {stage.aborted ? (
         <Alert.Root data-testid="abort" status="warning" variant="outline">
           <Alert.Indicator />

@@ -1,0 +1,64 @@
+"""A write stage into a Delta table and one into an Iceberg table (SQL catalog on SQLite), built from the
+operators, for the real deployment: shard 2's first try fails after writing half its rows, and the commit task's
+first try is killed with SIGKILL right after its table transaction, before the commit log and ``_SUCCESS``, when
+the file ``kill-commit-<dag_id>-<stage>-<try>`` exists in ``COMMIT_TEST_WORK`` (the try's own process arms the
+fault point ``table_commit.after``). Targets: ``<COMMIT_TEST_ROOT>/tbl_deploy/<stage>``.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta
+
+import pyarrow as pa
+from airflow.sdk import DAG, TaskGroup
+
+from airflow_commit_provider.operators.commit import (
+    CommitAbortOperator,
+    CommitJobOperator,
+    CommitSetupOperator,
+    CommitWriteOperator,
+)
+from airflow_commit_provider.protocol import faults
+
+ROOT = os.environ.get("COMMIT_TEST_ROOT", "/tmp/commit-test-root")
+WORK = os.environ.get("COMMIT_TEST_WORK", "/tmp/commit-test-work")
+SHARDS = 4
+ROWS = 10
+
+
+def shard_rows(shard: int, ti) -> pa.Table:
+    with open(os.path.join(WORK, "calls.log"), "a") as fh:
+        fh.write(f"{ti.dag_id} {ti.task_id.split('.')[0]} {shard} {ti.try_number}\n")
+    table = pa.table({"shard": pa.array([shard] * ROWS, pa.int32()), "row": pa.array(range(ROWS), pa.int32()),
+                      "try": pa.array([ti.try_number] * ROWS, pa.int32()),
+                      "day": [f"d{r % 2}" for r in range(ROWS)]})
+    if shard == 2 and ti.try_number == 1 and os.path.exists(os.path.join(WORK, f"fail-{ti.dag_id}-2-1")):
+        yield table.slice(0, ROWS // 2)
+        raise RuntimeError("injected failure of shard 2, try 1, after half its rows")
+    yield table
+
+
+def kill_after_table_commit(context) -> None:
+    ti = context["ti"]
+    flag = os.path.join(WORK, f"kill-commit-{ti.dag_id}-{ti.task_id.split('.')[0]}-{ti.try_number}")
+    if os.path.exists(flag):
+        os.environ[faults.ENV_VAR] = "table_commit.after=kill"
+        faults.disarm()   # the environment is read again at the next point
+
+
+with DAG("tbl_deploy", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
+         default_args={"retries": 1, "retry_delay": timedelta(seconds=0.2)},
+         tags=["airflow-commit-provider-tests"]) as tbl_deploy:
+    for stage, table in (("delta", {"table_format": "delta"}),
+                         ("iceberg", {"table_format": "iceberg", "table_name": "deploy.events"})):
+        with TaskGroup(stage):
+            shared = {"target": os.path.join(ROOT, "tbl_deploy", stage), "mode": "append", "partition_by": "day",
+                      "job_name": stage, **table}
+            setup = CommitSetupOperator(task_id="setup", **shared)
+            write = CommitWriteOperator.partial(task_id="write", python_callable=shard_rows, **shared).expand(
+                op_kwargs=[{"shard": n} for n in range(SHARDS)])
+            commit = CommitJobOperator(task_id="commit", write_task_id=f"{stage}.write",
+                                       pre_execute=kill_after_table_commit, **shared)
+            abort = CommitAbortOperator(task_id="abort", commit_task_id=f"{stage}.commit", **shared)
+            setup >> write >> commit >> abort.as_teardown(setups=setup)
