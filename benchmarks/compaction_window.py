@@ -35,7 +35,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from airflow_commit_provider.protocol import FileOutputCommitter  # noqa: E402
-from airflow_commit_provider.protocol.compaction import compact  # noqa: E402
+from airflow_commit_provider.protocol.maintenance.compaction import compact  # noqa: E402
 
 PARTITIONS = 10
 ROWS = 10

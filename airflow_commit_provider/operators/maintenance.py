@@ -9,8 +9,8 @@ from airflow.sdk import BaseOperator
 
 from ..hooks.storage import CommitStorageHook
 from ..protocol import FileOutputCommitter
-from ..protocol.compaction import compact
-from ..protocol.dedup import find_duplicates, remove_duplicates, summary_lines
+from ..protocol.maintenance.compaction import compact
+from ..protocol.maintenance.dedup import find_duplicates, remove_duplicates, summary_lines
 from .commit import make_job_id
 
 
@@ -46,7 +46,7 @@ class DeduplicateOutputOperator(BaseOperator):
 
 class CompactOutputOperator(BaseOperator):
     """Merge small Parquet files per partition into files of about *target_size* bytes, through the commit
-    protocol (:mod:`~airflow_commit_provider.protocol.compaction`): each merge is a task attempt, the small files
+    protocol (:mod:`~airflow_commit_provider.protocol.maintenance.compaction`): each merge is a task attempt, the small files
     are replaced at job commit only. The first try fixes the merge groups; a retry is a new application attempt
     that recovers the merges already committed and never regroups.
 

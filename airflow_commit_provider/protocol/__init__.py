@@ -36,10 +36,10 @@ from .errors import (
     StorageCapabilityError,
 )
 from .layout import JobLayout, check_job_id
-from .markers import read_success_marker
+from .records.success import read_success_marker
 from .stores import LocalStore, Store, store_for
-from .task import TaskOutcome, run_task_attempt
-from .writer import TaskAttemptWriter
+from .tasks.runner import TaskOutcome, run_task_attempt
+from .tasks.writer import TaskAttemptWriter
 
 __all__ = [
     "MODES", "CommitDenied", "CommitProtocolError", "CorruptRecord", "FileOutputCommitter", "InputsChanged",

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 from . import records
 from .faults import inject
 from .layout import TEMPORARY, parse_attempt_name
-from .markers import marker_dirs_above, withdraw_markers
+from .records.success import marker_dirs_above, withdraw_markers
 from .publish import delete_and_prune
 
 if TYPE_CHECKING:
     from .committer import FileOutputCommitter
-    from .jobrecord import JobRecord
+    from .records.job import JobRecord
 
 
 def abort_job(c: FileOutputCommitter, *, keep_committed: bool = False) -> dict[str, Any]:

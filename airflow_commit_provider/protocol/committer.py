@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import records
-from .attempts import AttemptLedger
+from .tasks.ledger import AttemptLedger
 from .errors import (
     CommitProtocolError,
     InvalidOutputSpec,
@@ -40,18 +40,18 @@ from .errors import (
     JobNotSetUp,
 )
 from .faults import inject
-from .inputs import record_inputs
+from .records.inputs import record_inputs
 from .layout import COMMITS, TEMPORARY, TRASH, JobLayout, check_job_id
 from .paths import check_partition_key, check_relative
 from .abort import abort_job
 from .jobcommit import StageClock, run_job_commit
-from .magic import MultipartPublisher
+from .publish.magic import MultipartPublisher
 from .publish import MovePublisher, Publisher, RenamePublisher, TaskCommitPublisher
 from .status import JobStatus
 from .stores import Store, store_for
 from .targetclaim import TargetClaim
-from .jobrecord import CommitLog, CommitPlan, JobRecord, Replaces
-from .taskattempts import TaskAttemptContext, TaskAttempts, check_number
+from .records.job import CommitLog, CommitPlan, JobRecord, Replaces
+from .tasks.attempts import TaskAttemptContext, TaskAttempts, check_number
 
 MODES = ("error", "append", "overwrite", "dynamic")
 _ALGORITHMS: dict[str, int | str] = {"1": 1, "v1": 1, "2": 2, "v2": 2, "magic": "magic"}

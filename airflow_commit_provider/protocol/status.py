@@ -9,13 +9,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import records
-from .attempts import COMMITTING, FAILED
+from .tasks.ledger import COMMITTING, FAILED
 from .layout import SUCCESS
 
 if TYPE_CHECKING:
     from .committer import FileOutputCommitter
-    from .jobrecord import JobRecord
-    from .taskrecord import TaskCommitRecord
+    from .records.job import JobRecord
+    from .records.task import TaskCommitRecord
 
 
 class JobStatus:

@@ -23,7 +23,7 @@ from .errors import InvalidOutputSpec
 from .stores import Store
 
 if TYPE_CHECKING:
-    from .jobrecord import JobRecord
+    from .records.job import JobRecord
     from .layout import JobLayout
 
 

@@ -52,7 +52,7 @@ def worker_env(faults: str, env: dict[str, str] | None = None) -> dict[str, str]
 
 def main(argv: list[str]) -> int:
     from airflow_commit_provider.protocol import CommitProtocolError, FileOutputCommitter
-    from airflow_commit_provider.protocol.compaction import compact
+    from airflow_commit_provider.protocol.maintenance.compaction import compact
 
     if argv[0] == "write":
         from .compaction_tables import write_job

@@ -177,7 +177,7 @@ def assert_markers_true(root: str) -> list[str]:
 
 
 def dedup_in_process(root: str, **kwargs: Any) -> dict[str, Any]:
-    from airflow_commit_provider.protocol.dedup import remove_duplicates
+    from airflow_commit_provider.protocol.maintenance.dedup import remove_duplicates
 
     return remove_duplicates(LocalStore(root), **kwargs)
 

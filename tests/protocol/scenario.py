@@ -240,7 +240,7 @@ def assert_markers_tell_truth(root: str) -> int:
     files under its directory, with their sizes. Returns how many valid markers were checked. A marker that does
     not parse (half written, a Hadoop 0-byte one) is not trusted by such a reader and is not checked."""
     from airflow_commit_provider.protocol import CorruptRecord, read_success_marker
-    from airflow_commit_provider.protocol.markers import verify_listed_files
+    from airflow_commit_provider.protocol.records.success import verify_listed_files
     from airflow_commit_provider.protocol.stores import store_for
 
     fs, base = _fs(root)

@@ -1,4 +1,4 @@
-"""Compaction as a job with a fixed plan (:mod:`airflow_commit_provider.protocol.compaction`), from outside: real
+"""Compaction as a job with a fixed plan (:mod:`airflow_commit_provider.protocol.maintenance.compaction`), from outside: real
 processes, real Parquet files, every row counted by pyarrow and duckdb, every marker verified."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from airflow_commit_provider.protocol import (
     read_success_marker,
     run_task_attempt,
 )
-from airflow_commit_provider.protocol.claims import InputClaims, newest
-from airflow_commit_provider.protocol.compaction import CompactionPlan, compact
+from airflow_commit_provider.protocol.maintenance.claims import InputClaims, newest
+from airflow_commit_provider.protocol.maintenance.compaction import CompactionPlan, compact
 
 from . import compaction_worker as worker
 from . import scenario as sc

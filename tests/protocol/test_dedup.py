@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_commit_provider.protocol import FileOutputCommitter, LocalStore, faults, read_success_marker
-from airflow_commit_provider.protocol.dedup import find_duplicates, remove_duplicates
+from airflow_commit_provider.protocol.maintenance.dedup import find_duplicates, remove_duplicates
 
 from . import dedup_tables as t
 
@@ -462,7 +462,7 @@ def test_a_marker_this_provider_cannot_read_stays_withdrawn(tmp_path):
 
 
 def test_names_by_their_writers_rules():
-    from airflow_commit_provider.protocol.filenames import is_hive_transaction_dir, parse_task_file
+    from airflow_commit_provider.protocol.maintenance.filenames import is_hive_transaction_dir, parse_task_file
 
     u = "5bcc2bf8-a920-4ba2-bd54-4681068dec72"
     cases = {

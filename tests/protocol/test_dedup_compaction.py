@@ -10,7 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_commit_provider.protocol import FileOutputCommitter
-from airflow_commit_provider.protocol.compaction import compact, merge_group, plan_groups, small_parquet_files
+from airflow_commit_provider.protocol.maintenance.compaction import (
+    compact,
+    merge_group,
+    plan_groups,
+    small_parquet_files,
+)
 
 from . import scenario as sc
 from .test_crash_matrix import expect_killed
@@ -66,7 +71,7 @@ def test_compaction_with_speculation_and_a_crash_mid_commit(tmp_path):
     assert results == ["denied", "won"]
     # the whole compaction then runs in a worker killed in the middle of the job commit's deletions
     code = ("import sys; from airflow_commit_provider.protocol import FileOutputCommitter;"
-            "from airflow_commit_provider.protocol.compaction import compact;"
+            "from airflow_commit_provider.protocol.maintenance.compaction import compact;"
             "compact(FileOutputCommitter(sys.argv[1], 'compaction', algorithm=1, mode='append'), 3, 10**6)")
     import subprocess
     import sys

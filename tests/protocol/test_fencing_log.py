@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from airflow_commit_provider.protocol import CommitDenied
-from airflow_commit_provider.protocol.taskattempts import TaskAttemptContext
+from airflow_commit_provider.protocol.tasks.attempts import TaskAttemptContext
 
 from . import scenario as sc
 from .test_crash_matrix import expect_killed, spawn
@@ -19,7 +19,7 @@ def test_the_retry_logs_that_the_killed_try_is_fenced(tmp_path, caplog):
     cfg = {"root": str(tmp_path / "out"), "work": str(tmp_path / "work"), "algorithm": 1, "mode": "overwrite"}
     sc.committer(cfg).setup_job()
     expect_killed(spawn("task", {**cfg, "task": 2, "attempt": 1}, "writer.after_file=kill"), "kill")
-    with caplog.at_level(logging.WARNING, logger="airflow_commit_provider.protocol.taskattempts"):
+    with caplog.at_level(logging.WARNING, logger="airflow_commit_provider.protocol.tasks.attempts"):
         sc.run_task(cfg, 2, 2)
     [line] = [r.getMessage() for r in caplog.records if "fenced" in r.getMessage()]
     assert line.startswith("task 2: attempt 1 (a try that was killed") and "can never commit" in line

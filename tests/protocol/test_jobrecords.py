@@ -1,4 +1,4 @@
-"""The job record, commit plan and commit log as types (:mod:`airflow_commit_provider.protocol.jobrecord`): records
+"""The job record, commit plan and commit log as types (:mod:`airflow_commit_provider.protocol.records.job`): records
 written by the previous release (``fixtures/jobrecords_head``) read and written back byte for byte, a commit that
 release crashed resumed by this one exactly once, and every corruption named with its file and field."""
 
@@ -14,7 +14,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from airflow_commit_provider.protocol import CorruptRecord, make_committer
-from airflow_commit_provider.protocol.jobrecord import CommitLog, CommitPlan, JobRecord
+from airflow_commit_provider.protocol.records.job import CommitLog, CommitPlan, JobRecord
 
 FIXTURE = Path(__file__).parent / "fixtures" / "jobrecords_head"
 CRASHED = FIXTURE / "crashed" / "_temporary" / "jobrec-head"

@@ -265,7 +265,7 @@ def test_a_marker_changing_under_every_listing_is_not_ready_after_the_bound(tmp_
     """Rewritten (validly: another job's labels) during each listing, the marker never settles: after
     VERIFY_ATTEMPTS listings the read gives up with MarkerChanging, which is not a CorruptRecord."""
     from airflow_commit_provider.protocol import MarkerChanging
-    from airflow_commit_provider.protocol.markers import VERIFY_ATTEMPTS
+    from airflow_commit_provider.protocol.records.success import VERIFY_ATTEMPTS
 
     root, marker, doc = _committed(tmp_path)
     store = ChangesDuringListing(root, lambda n: marker.write_text(json.dumps({**doc, "labels": {"rewrite": n}})))

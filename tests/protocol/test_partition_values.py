@@ -28,7 +28,7 @@ from airflow_commit_provider.protocol.paths import (
     partition_dir,
     unescape_path_name,
 )
-from airflow_commit_provider.protocol.writer import TaskAttemptWriter
+from airflow_commit_provider.protocol.tasks.writer import TaskAttemptWriter
 
 from . import scenario as sc
 

@@ -1,4 +1,4 @@
-"""The task commit record as a type (:mod:`airflow_commit_provider.protocol.taskrecord`): round trips, every kind
+"""The task commit record as a type (:mod:`airflow_commit_provider.protocol.records.task`): round trips, every kind
 of corruption named with its file and field, and records written by the previous release (``fixtures/
 records_head``: a job set up, its tasks committed in application attempt 0, then cleared once, by the code as it
 was before the record was typed) read, recovered and committed by this one."""
@@ -17,7 +17,7 @@ import pytest
 
 from airflow_commit_provider.protocol import CorruptRecord, FileOutputCommitter, run_task_attempt
 from airflow_commit_provider.protocol import records
-from airflow_commit_provider.protocol.taskrecord import FileEntry, TaskCommitRecord
+from airflow_commit_provider.protocol.records.task import FileEntry, TaskCommitRecord
 
 FIXTURE = Path(__file__).parent / "fixtures" / "records_head"
 JOB = "records-head"

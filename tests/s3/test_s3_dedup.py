@@ -7,7 +7,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from airflow_commit_provider.protocol import FileOutputCommitter, read_success_marker, run_task_attempt, store_for
-from airflow_commit_provider.protocol.dedup import find_duplicates, remove_duplicates
+from airflow_commit_provider.protocol.maintenance.dedup import find_duplicates, remove_duplicates
 
 from ..protocol import dedup_tables as t
 

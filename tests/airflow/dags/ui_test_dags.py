@@ -24,7 +24,7 @@ from airflow_commit_provider.operators.commit import (CommitAbortOperator, Commi
                                                       make_job_id)
 from airflow_commit_provider.operators.stage import commit_stage
 from airflow_commit_provider.protocol import make_committer
-from airflow_commit_provider.protocol.writer import TaskAttemptWriter
+from airflow_commit_provider.protocol.tasks.writer import TaskAttemptWriter
 
 ROOT = os.environ.get("COMMIT_TEST_ROOT", "/tmp/commit-test-root")
 WORK = os.environ.get("COMMIT_TEST_WORK", "/tmp/commit-test-work")

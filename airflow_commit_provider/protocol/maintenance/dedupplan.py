@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import records
-from .errors import CorruptRecord
-from .stores import Store
+from .. import records
+from ..errors import CorruptRecord
+from ..stores import Store
 
 
 @dataclass(frozen=True)

@@ -23,14 +23,14 @@ import io
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from .errors import CorruptRecord, InvalidOutputSpec
-from .faults import inject
-from .layout import JobLayout
-from .markers import marker_dirs_above, withdraw_markers
-from .parallel import parallel
-from .paths import is_hidden, partition_of
-from .stores import Store
-from .taskrecord import FileEntry, TaskCommitRecord
+from ..errors import CorruptRecord, InvalidOutputSpec
+from ..faults import inject
+from ..layout import JobLayout
+from ..records.success import marker_dirs_above, withdraw_markers
+from ..parallel import parallel
+from ..paths import is_hidden, partition_of
+from ..stores import Store
+from ..records.task import FileEntry, TaskCommitRecord
 
 
 class Publisher:

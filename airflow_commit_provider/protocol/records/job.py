@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import records
-from .errors import CorruptRecord
-from .stores import Store
+from .. import records
+from ..errors import CorruptRecord
+from ..stores import Store
 
 
 def _strings(doc: Mapping[str, Any], key: str, where: str, kind: str, prefix: str = "", *, required: bool = True,

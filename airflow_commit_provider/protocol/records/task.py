@@ -28,9 +28,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import records
-from .errors import CorruptRecord
-from .stores import Store
+from .. import records
+from ..errors import CorruptRecord
+from ..stores import Store
 
 KIND = "task-commit"
 _FORMAT = f"{records.FORMAT}/{KIND}"

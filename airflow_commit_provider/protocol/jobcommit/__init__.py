@@ -22,21 +22,21 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from . import records
-from .errors import CorruptRecord, InvalidOutputSpec, JobIncomplete
-from .faults import inject
-from .inputs import check_unchanged
-from .layout import SUCCESS, TEMPORARY, task_name
-from .markers import marker_dirs_above, withdraw_markers, write_markers
-from .parallel import parallel
-from .paths import partition_of
-from .publish import delete_and_prune
-from .stores import Store
-from .jobrecord import CommitLog, CommitPlan, JobRecord
-from .taskrecord import TaskCommitRecord
+from .. import records
+from ..errors import CorruptRecord, InvalidOutputSpec, JobIncomplete
+from ..faults import inject
+from ..records.inputs import check_unchanged
+from ..layout import SUCCESS, TEMPORARY, task_name
+from ..records.success import marker_dirs_above, withdraw_markers, write_markers
+from ..parallel import parallel
+from ..paths import partition_of
+from ..publish import delete_and_prune
+from ..stores import Store
+from ..records.job import CommitLog, CommitPlan, JobRecord
+from ..records.task import TaskCommitRecord
 
 if TYPE_CHECKING:
-    from .committer import FileOutputCommitter
+    from ..committer import FileOutputCommitter
 
 log = logging.getLogger(__name__)
 

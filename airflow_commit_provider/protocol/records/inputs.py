@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .errors import InputsChanged
-from .jobrecord import InputFile, JobRecord
-from .stores import Store
+from ..errors import InputsChanged
+from .job import InputFile, JobRecord
+from ..stores import Store
 
 
 def record_inputs(store: Store, paths: Sequence[str], job_id: str) -> tuple[InputFile, ...]:

@@ -28,15 +28,15 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from . import records
+from .. import records
 from .dedupplan import DedupPlan
-from .errors import CorruptRecord, DedupInProgress, InvalidOutputSpec
-from .faults import inject
-from .jobrecord import CommitPlan, JobRecord
-from .layout import DEDUP_PLAN, SUCCESS, TEMPORARY, JobLayout
-from .markers import files_under, listing_mismatch, withdraw_markers
-from .paths import join, partition_of
-from .stores import Store
+from ..errors import CorruptRecord, DedupInProgress, InvalidOutputSpec
+from ..faults import inject
+from ..records.job import CommitPlan, JobRecord
+from ..layout import DEDUP_PLAN, SUCCESS, TEMPORARY, JobLayout
+from ..records.success import files_under, listing_mismatch, withdraw_markers
+from ..paths import join, partition_of
+from ..stores import Store
 
 
 def stored_plan(store: Store) -> DedupPlan | None:

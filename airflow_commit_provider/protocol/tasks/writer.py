@@ -13,11 +13,11 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .taskattempts import TaskAttemptContext
-from .errors import InvalidOutputSpec
-from .faults import inject
-from .paths import check_partition_key, check_relative, partition_dir
-from .stores import Store
+from .attempts import TaskAttemptContext
+from ..errors import InvalidOutputSpec
+from ..faults import inject
+from ..paths import check_partition_key, check_relative, partition_dir
+from ..stores import Store
 
 _CODEC_SUFFIX = {"snappy": "snappy", "gzip": "gz", "zstd": "zstd", "lz4": "lz4", "brotli": "br", "none": None}
 

@@ -25,13 +25,13 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .errors import CorruptRecord, StorageCapabilityError
-from .faults import inject
-from .layout import JobLayout
-from .parallel import parallel
-from .publish import Publisher
-from .stores.s3 import MIN_PART_SIZE, S3Store
-from .taskrecord import FileEntry, TaskCommitRecord
+from ..errors import CorruptRecord, StorageCapabilityError
+from ..faults import inject
+from ..layout import JobLayout
+from ..parallel import parallel
+from . import Publisher
+from ..stores.s3 import MIN_PART_SIZE, S3Store
+from ..records.task import FileEntry, TaskCommitRecord
 
 PENDING_SUFFIX = ".pending"
 

@@ -40,12 +40,12 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from . import records
-from .errors import CorruptRecord, InputsClaimed
-from .faults import inject
-from .jobrecord import JobRecord
-from .layout import CLAIMS, TEMPORARY, JobLayout
-from .stores import Store
+from .. import records
+from ..errors import CorruptRecord, InputsClaimed
+from ..faults import inject
+from ..records.job import JobRecord
+from ..layout import CLAIMS, TEMPORARY, JobLayout
+from ..stores import Store
 
 KIND = "input-claim"
 #: how often a claimant re-reads a chain that others keep appending to before it gives up (refuses)

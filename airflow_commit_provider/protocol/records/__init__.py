@@ -36,8 +36,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from .errors import CorruptRecord
-from .stores import Store
+from ..errors import CorruptRecord
+from ..stores import Store
 
 FORMAT = "airflow-commit-provider"
 VERSION = 1

@@ -36,18 +36,18 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import records
+from .. import records
 from .claims import InputClaims, sweep
-from .committer import FileOutputCommitter
-from .errors import CorruptRecord, InputsChanged, InputsClaimed, InvalidOutputSpec
-from .faults import inject
-from .inputs import changed_inputs, check_unchanged
-from .jobrecord import InputFile, JobRecord
-from .layout import TEMPORARY, JobLayout, check_job_id
-from .paths import is_hidden, partition_of
-from .stores import Store
-from .task import TaskOutcome, run_task_attempt
-from .writer import TaskAttemptWriter
+from ..committer import FileOutputCommitter
+from ..errors import CorruptRecord, InputsChanged, InputsClaimed, InvalidOutputSpec
+from ..faults import inject
+from ..records.inputs import changed_inputs, check_unchanged
+from ..records.job import InputFile, JobRecord
+from ..layout import TEMPORARY, JobLayout, check_job_id
+from ..paths import is_hidden, partition_of
+from ..stores import Store
+from ..tasks.runner import TaskOutcome, run_task_attempt
+from ..tasks.writer import TaskAttemptWriter
 
 
 def pack_groups(files: Mapping[str, int], target_size: int) -> list[list[str]]:

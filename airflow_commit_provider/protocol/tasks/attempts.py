@@ -15,18 +15,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import records
-from .attempts import COMMITTING, FAILED
-from .errors import CommitDenied, CorruptRecord, InvalidOutputSpec
-from .faults import inject
-from .paths import partition_of
-from .taskrecord import TaskCommitRecord
+from .. import records
+from .ledger import COMMITTING, FAILED
+from ..errors import CommitDenied, CorruptRecord, InvalidOutputSpec
+from ..faults import inject
+from ..paths import partition_of
+from ..records.task import TaskCommitRecord
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from .committer import FileOutputCommitter
-    from .jobrecord import JobRecord
+    from ..committer import FileOutputCommitter
+    from ..records.job import JobRecord
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .committer import FileOutputCommitter
-from .errors import CommitDenied, JobAlreadyCommitted
+from ..committer import FileOutputCommitter
+from ..errors import CommitDenied, JobAlreadyCommitted
 from .writer import TaskAttemptWriter
 
 

@@ -15,11 +15,11 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from . import records
-from .errors import CorruptRecord, MarkerChanging
-from .layout import SUCCESS
-from .paths import join, partition_of
-from .stores import Store, store_for
+from .. import records
+from ..errors import CorruptRecord, MarkerChanging
+from ..layout import SUCCESS
+from ..paths import join, partition_of
+from ..stores import Store, store_for
 
 
 def marker_dirs_above(paths: Iterable[str]) -> set[str]:
