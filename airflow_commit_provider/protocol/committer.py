@@ -225,11 +225,7 @@ class FileOutputCommitter(OutputCommitter):
 
     def current_app_attempt(self, job: JobRecord | None = None) -> int:
         """The newest application attempt of the current generation."""
-        job = job or self.require_job()
-        apps = self.app_attempts(job)
-        if not apps:
-            raise JobNotSetUp(f"job {self.job_id} has no application attempt; run setup_job() first")
-        return apps[0]
+        return self._app_attempts_of(job or self.require_job())[0]
 
     def visible_files(self) -> set[str]:
         """Data files readers would see (names starting with ``_`` or ``.`` excluded)."""
@@ -368,7 +364,30 @@ class FileOutputCommitter(OutputCommitter):
         """
         check_number(task, "task")
         job = self.require_job()
-        rec = self.attempts.recover(job, self.current_app_attempt(job), task)
+        return self._recover(job, self._app_attempts_of(job), task)
+
+    def recover_or_setup_task(self, task: int, attempt: int) -> tuple[dict[str, Any] | None, TaskAttemptContext | None]:
+        """:meth:`recover_task`, then, when the task is not committed, :meth:`setup_task` of *attempt*: ``(record,
+        None)`` or ``(None, context)``. What a write task does first, with the job record and the application
+        attempts read once for both steps (on S3 each read is a request)."""
+        check_number(task, "task")
+        check_number(attempt, "attempt")
+        job = self.require_job()
+        apps = self._app_attempts_of(job)
+        rec = self._recover(job, apps, task)
+        if rec is not None:
+            return rec, None
+        return None, self.attempts.setup(task, attempt, job, apps[0])
+
+    def _app_attempts_of(self, job: JobRecord) -> list[int]:
+        """:meth:`app_attempts`, refusing a job with none (:class:`JobNotSetUp`)."""
+        apps = self.app_attempts(job)
+        if not apps:
+            raise JobNotSetUp(f"job {self.job_id} has no application attempt; run setup_job() first")
+        return apps
+
+    def _recover(self, job: JobRecord, apps: list[int], task: int) -> dict[str, Any] | None:
+        rec = self.attempts.recover(job, apps[0], task, apps)
         return None if rec is None else rec.to_doc()
 
     # ------------------------------------------------------------------ job commit

@@ -12,6 +12,7 @@ commits can report what they cost.
 
 from __future__ import annotations
 
+import io
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -22,6 +23,38 @@ from .generic import FsspecStore
 
 #: S3's minimum size of every part of a multipart upload but the last.
 MIN_PART_SIZE = 5 * 2**20
+
+
+class BufferReader(io.RawIOBase):
+    """A seekable, read-only file over a bytes-like object, without copying it (see :meth:`S3Store.upload_part`)."""
+
+    def __init__(self, data: bytes | bytearray | memoryview) -> None:
+        super().__init__()
+        self._view = memoryview(data).cast("B")
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
+        self._pos = max(0, min(len(self._view), base + offset))
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), len(self._view) - self._pos)
+        buffer[:n] = self._view[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+    def __len__(self) -> int:
+        return len(self._view)
 
 
 class S3Store(FsspecStore):
@@ -76,8 +109,11 @@ class S3Store(FsspecStore):
         return bool(self.fs.isdir(self._p(rel)))
 
     def read_bytes(self, rel: str) -> bytes:
+        """One GetObject. s3fs's ``cat_file`` would first HEAD the key for its size (to read large objects in
+        parallel ranges), and on a missing key HEAD it and LIST its prefix: three requests where the protocol's
+        commonest read -- a record that is not there yet -- needs one."""
         self._hook()
-        return bytes(self.fs.cat_file(self._p(rel)))
+        return bytes(self.fs.cat_file(self._p(rel), max_concurrency=1))
 
     def list_files(self, rel: str = "", *, visible_only: bool = False) -> list[tuple[str, int]]:
         self._hook()
@@ -203,9 +239,12 @@ class S3Store(FsspecStore):
     def start_upload(self, rel: str) -> str:
         return self._client_call("create_multipart_upload", Bucket=self.bucket, Key=self.key(rel))["UploadId"]
 
-    def upload_part(self, rel: str, upload_id: str, number: int, data: bytes) -> str:
+    def upload_part(self, rel: str, upload_id: str, number: int, data: bytes | bytearray | memoryview) -> str:
+        """UploadPart of *data*, which is not copied: botocore wraps ``bytes`` in a ``BytesIO`` that aiohttp
+        then copies whole, and copies a ``bytearray`` several times over (checksum, payload); a file object
+        over the caller's buffer is read in small chunks instead. The buffer is free again when this returns."""
         return self._client_call("upload_part", Bucket=self.bucket, Key=self.key(rel), UploadId=upload_id,
-                                 PartNumber=number, Body=data)["ETag"]
+                                 PartNumber=number, Body=BufferReader(data))["ETag"]
 
     def complete_upload(self, rel: str, upload_id: str, parts: Sequence[Sequence[Any]]) -> None:
         self._client_call("complete_multipart_upload", Bucket=self.bucket, Key=self.key(rel), UploadId=upload_id,

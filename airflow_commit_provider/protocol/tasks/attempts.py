@@ -75,12 +75,15 @@ class TaskAttempts:
         return rec if rec is not None and rec.job_uuid == job_uuid else None
 
     # ------------------------------------------------------------------ set-up and abort
-    def setup(self, task: int, attempt: int) -> TaskAttemptContext:
-        """See :meth:`~.committer.FileOutputCommitter.setup_task`."""
+    def setup(self, task: int, attempt: int, job: JobRecord | None = None,
+              app: int | None = None) -> TaskAttemptContext:
+        """See :meth:`~.committer.FileOutputCommitter.setup_task`. *job* and *app*: the job record and the current
+        application attempt when the caller has just read them (the task's recovery check, one step before)."""
         check_number(task, "task")
         check_number(attempt, "attempt")
-        job = self.c.require_job()
-        app = self.c.current_app_attempt(job)
+        if job is None or app is None:
+            job = self.c.require_job()
+            app = self.c.current_app_attempt(job)
         ta = TaskAttemptContext(self.c.job_id, job.job_uuid, app, task, attempt,
                                 self.layout.attempt_dir(app, task, attempt))
         self.ledger.start(app, task, attempt)
@@ -153,7 +156,7 @@ class TaskAttempts:
             raise CommitDenied(f"task attempt {ta.name} belongs to application attempt {ta.app_attempt}, the job "
                                f"is now in application attempt {current}; its files were removed",
                                task=ta.task, attempt=ta.attempt)
-        fate = self.ledger.claim(ta.app_attempt, ta.task, ta.attempt, COMMITTING)
+        fate, fresh = self.ledger.try_claim(ta.app_attempt, ta.task, ta.attempt, COMMITTING)
         inject("commit_task.after_claim")
         if fate == FAILED:
             # whoever recorded it failed removes its files (or has); removing them again is harmless
@@ -162,7 +165,10 @@ class TaskAttempts:
                                "the task, or the failed run's teardown) and cannot commit; its files were removed",
                                task=ta.task, attempt=ta.attempt, attempt_failed=True)
         rec_path = self.layout.task_record(ta.app_attempt, ta.task)
-        existing = self.record(ta.app_attempt, ta.task, ta.job_uuid)
+        # An attempt that has just claimed its fate cannot have created the record yet (it does so only after
+        # the claim): a record there now is another attempt's (or an adoption's), and the exclusive creation
+        # below finds it. Only a repeated request (the claim was there) reads it first.
+        existing = None if fresh else self.record(ta.app_attempt, ta.task, ta.job_uuid)
         if existing is None:
             data = self.new_record(ta, rows, sizes).to_json()
             mine = TaskCommitRecord.from_json(data, rec_path)  # as any reader will see it, checked before it exists

@@ -49,10 +49,14 @@ class AttemptLedger:
 
     def claim(self, app: int, task: int, attempt: int, fate: str) -> str:
         """Exclusively set the attempt's fate to *fate*; return the fate that holds (ours, or the earlier one)."""
+        return self.try_claim(app, task, attempt, fate)[0]
+
+    def try_claim(self, app: int, task: int, attempt: int, fate: str) -> tuple[str, bool]:
+        """:meth:`claim`, and whether this very call set the fate (``False``: it was set before, by anyone)."""
         rel = self.layout.attempt_claim(app, task, attempt)
         if self.store.create_exclusive(rel, fate.encode()):
-            return fate
-        return self.store.read_bytes(rel).decode()
+            return fate, True
+        return self.store.read_bytes(rel).decode(), False
 
     def overrule(self, app: int, task: int, attempt: int) -> None:
         """Record a committed attempt as failed: only for a v2 abort, which removes the commit itself (record
