@@ -62,6 +62,7 @@ class S3Store(FsspecStore):
 
     move_copies_bytes = True
     default_commit_threads = 16
+    lists_by_prefix = True
 
     def __init__(self, fs: Any, root: str) -> None:
         super().__init__(fs, root)
@@ -144,7 +145,7 @@ class S3Store(FsspecStore):
             kwargs["ContinuationToken"] = resp["NextContinuationToken"]
 
     # ---------------------------------------------------------------- writes
-    def create_exclusive(self, rel: str, data: bytes) -> bool:
+    def create_exclusive(self, rel: str, data: bytes, *, like: str | None = None) -> bool:
         self._hook()
         try:
             self.fs.pipe_file(self._p(rel), data, mode="create")

@@ -51,6 +51,15 @@ class TaskAttemptContext:
         return f"part-{self.task:05d}-{self.job_uuid}-"
 
 
+class _Refused(Exception):
+    """A commit this attempt may not make (see :meth:`TaskAttempts.new_record`); *error* is what its caller gets
+    once the attempt is recorded failed."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def check_number(value: Any, what: str) -> int:
     """*value* if it is a non-negative integer (``bool`` is not); :class:`InvalidOutputSpec` naming *what*."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -87,8 +96,8 @@ class TaskAttempts:
         ta = TaskAttemptContext(self.c.job_id, job.job_uuid, app, task, attempt,
                                 self.layout.attempt_dir(app, task, attempt))
         self.ledger.start(app, task, attempt)
-        for trace in self.ledger.traces(app, task):
-            if trace.attempt < attempt and trace.fate is None and self.fail_and_discard(app, task, trace.attempt):
+        for trace in self.ledger.earlier(app, task, attempt):
+            if trace.fate is None and self.fail_and_discard(app, task, trace.attempt):
                 # what a retry's log says about the try it replaces: killed or lost, and now unable to commit
                 log.warning("task %d: attempt %d (a try that was killed, lost or is still running as a zombie) is "
                             "now recorded failed and fenced: it can never commit, its files were removed",
@@ -156,26 +165,46 @@ class TaskAttempts:
             raise CommitDenied(f"task attempt {ta.name} belongs to application attempt {ta.app_attempt}, the job "
                                f"is now in application attempt {current}; its files were removed",
                                task=ta.task, attempt=ta.attempt)
-        fate, fresh = self.ledger.try_claim(ta.app_attempt, ta.task, ta.attempt, COMMITTING)
+        rec_path = self.layout.task_record(ta.app_attempt, ta.task)
+        # What the commit would record, from the attempt's directory, before the claim: a party that removes the
+        # attempt's files records it failed first, so if the claim below is ours the files listed are still there.
+        try:
+            data: bytes | None = self.new_record(ta, rows, sizes).to_json()
+            refusal: _Refused | None = None
+        except _Refused as r:
+            data, refusal = None, r
+        if data is not None:
+            # the attempt's files reach the disk before the claim and the record that name them (in the worker,
+            # in parallel across tasks: job commit then only fsyncs directories)
+            self.store.sync_tree(ta.work_dir)
+        # The claim to commit holds the record itself, so that the record can be the same file under its own name
+        # (one file written, not two); a refused attempt claims its failure instead.
+        fate, fresh = self.ledger.try_claim(ta.app_attempt, ta.task, ta.attempt,
+                                            FAILED if data is None else COMMITTING, data)
         inject("commit_task.after_claim")
         if fate == FAILED:
             # whoever recorded it failed removes its files (or has); removing them again is harmless
             self.discard(ta)
+            if fresh and refusal is not None:
+                raise refusal.error
             raise CommitDenied(f"task attempt {ta.name} was recorded as failed (by its own abort, a newer try of "
                                "the task, or the failed run's teardown) and cannot commit; its files were removed",
                                task=ta.task, attempt=ta.attempt, attempt_failed=True)
-        rec_path = self.layout.task_record(ta.app_attempt, ta.task)
         # An attempt that has just claimed its fate cannot have created the record yet (it does so only after
         # the claim): a record there now is another attempt's (or an adoption's), and the exclusive creation
         # below finds it. Only a repeated request (the claim was there) reads it first.
         existing = None if fresh else self.record(ta.app_attempt, ta.task, ta.job_uuid)
         if existing is None:
-            data = self.new_record(ta, rows, sizes).to_json()
+            if data is None:
+                # an earlier request of this attempt claimed its commit, and the directory no longer holds what
+                # the writer reported: the attempt is recorded failed and cannot commit
+                assert refusal is not None
+                self.ledger.overrule(ta.app_attempt, ta.task, ta.attempt)
+                self.publisher.discard(ta.work_dir)
+                raise refusal.error
             mine = TaskCommitRecord.from_json(data, rec_path)  # as any reader will see it, checked before it exists
-            # the attempt's files reach the disk before the record that commits them (in the worker, in parallel
-            # across tasks: job commit then only fsyncs directories)
-            self.store.sync_tree(ta.work_dir)
-            if self.store.create_exclusive(rec_path, data):
+            claim = self.layout.attempt_claim(ta.app_attempt, ta.task, ta.attempt) if fresh else None
+            if self.store.create_exclusive(rec_path, data, like=claim):
                 existing = mine
                 inject("commit_task.after_record")
             else:
@@ -194,9 +223,11 @@ class TaskAttempts:
 
     def new_record(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None,
                    sizes: Mapping[str, int] | None) -> TaskCommitRecord:
-        """The record this attempt's commit would create, from what its directory holds; refuses (attempt recorded
-        failed) when the writer's report and the directory disagree, or when the files would clobber visible
-        ones at a task commit that publishes (v2)."""
+        """The record this attempt's commit would create, from what its directory holds. Changes nothing: raises
+        :class:`_Refused` (the commit then records the attempt failed and removes its files) when the writer's
+        report and the directory disagree, a partition directory is a link or on another volume, or the files
+        would clobber visible ones at a task commit that publishes (v2); :class:`InvalidOutputSpec` for a report
+        that is not one."""
         for arg, counts, nullable in (("rows", rows, True), ("sizes", sizes, False)):
             bad = [rel for rel, n in (counts or {}).items()
                    if not (n is None and nullable) and (not isinstance(n, int) or isinstance(n, bool) or n < 0)]
@@ -209,22 +240,21 @@ class TaskAttempts:
         wrong = sorted(rel for rel, size in reported.items()
                        if rel not in held or (size is not None and held[rel] != size))
         if wrong:
-            self.ledger.overrule(ta.app_attempt, ta.task, ta.attempt)
-            self.discard(ta)
             shown = ", ".join(f"{rel} ({'missing' if rel not in held else f'{held[rel]} bytes, not {reported[rel]}'})"
                               for rel in wrong[:5])
-            raise CommitDenied(f"task attempt {ta.name} reported {len(reported)} file(s) but its directory does not "
-                               f"hold {len(wrong)} of them as written: {shown}. Something removed or changed them "
-                               "(a teardown, a cleanup, a newer try); the attempt is recorded failed and cannot "
-                               "commit", task=ta.task, attempt=ta.attempt, attempt_failed=True)
+            raise _Refused(CommitDenied(
+                f"task attempt {ta.name} reported {len(reported)} file(s) but its directory does not hold "
+                f"{len(wrong)} of them as written: {shown}. Something removed or changed them (a teardown, a "
+                "cleanup, a newer try); the attempt is recorded failed and cannot commit", task=ta.task,
+                attempt=ta.attempt, attempt_failed=True))
         try:
             # a partition that is a link or on another volume is refused before anything is recorded (v2 publishes
             # there at this very commit; v1 would fail at job commit)
-            self.store.check_tree({partition_of(f.path) for f in files} - {""})
-        except InvalidOutputSpec:
-            self.ledger.overrule(ta.app_attempt, ta.task, ta.attempt)
-            self.publisher.discard(ta.work_dir)
-            raise
+            partitions = {partition_of(f.path) for f in files} - {""}
+            if partitions:
+                self.store.check_tree(partitions)
+        except InvalidOutputSpec as exc:
+            raise _Refused(exc) from exc
         clobbered = self.publisher.clobbered([f.path for f in files])
         # files of another attempt of this task that won meanwhile (a zombie's race) are not a clobber: the record
         # creation then fails and this attempt is denied with the winner; nor are the files a withdrawn commit of
@@ -234,12 +264,10 @@ class TaskAttempts:
         else:
             clobbered = []
         if clobbered:
-            self.ledger.overrule(ta.app_attempt, ta.task, ta.attempt)
-            self.publisher.discard(ta.work_dir)
-            raise InvalidOutputSpec(f"task attempt {ta.name} would replace {len(clobbered)} visible file(s) at its "
-                                    f"task commit ({', '.join(clobbered[:3])}); file names must be unique across "
-                                    "tasks and jobs (keep the default names, which carry the job uuid). The "
-                                    "attempt is recorded failed; nothing visible changed")
+            raise _Refused(InvalidOutputSpec(
+                f"task attempt {ta.name} would replace {len(clobbered)} visible file(s) at its task commit "
+                f"({', '.join(clobbered[:3])}); file names must be unique across tasks and jobs (keep the default "
+                "names, which carry the job uuid). The attempt is recorded failed; nothing visible changed"))
         data_dir = self.publisher.data_dir(ta.app_attempt, ta.work_dir)
         return TaskCommitRecord(job_id=self.c.job_id, job_uuid=ta.job_uuid, task=ta.task, attempt=ta.attempt,
                                 app_attempt=ta.app_attempt, work_dir=ta.work_dir, data_dir=data_dir,

@@ -4,7 +4,8 @@ Every task attempt leaves a trace under its application attempt, in ``_attempts/
 
 - ``attempt_<task>_<try>.started``: written when the attempt is set up, so that a try killed with SIGKILL (or lost
   with its worker) is known to have existed, even on S3, where an attempt that wrote nothing has no directory;
-- ``attempt_<task>_<try>``: the attempt's **fate**, created exclusively, holding ``committing`` or ``failed``.
+- ``attempt_<task>_<try>``: the attempt's **fate**, created exclusively, holding ``failed``, or ``committing``
+  (earlier releases) or the attempt's task commit record, which then also becomes the record (see :func:`fate_of`).
 
 The fate claim is the single arbiter between an attempt that wants to commit and anyone who wants to remove its
 files (its own abort, a newer try of the task, the failed run's teardown): each creates the claim first, and only
@@ -25,6 +26,8 @@ from ..stores import Store
 COMMITTING = "committing"
 FAILED = "failed"
 STARTED_SUFFIX = ".started"
+#: the most lower try numbers :meth:`AttemptLedger.earlier` looks up one by one before it lists instead
+PROBE_LIMIT = 32
 
 
 @dataclass(frozen=True)
@@ -44,19 +47,38 @@ class AttemptLedger:
         self.layout = layout
 
     def start(self, app: int, task: int, attempt: int) -> None:
-        """Leave the trace that this attempt exists (idempotent)."""
-        self.store.write_bytes(self.layout.attempt_claim(app, task, attempt) + STARTED_SUFFIX, b"")
+        """Leave the trace that this attempt exists (idempotent): an empty file, created in one step."""
+        self.store.touch(self.layout.attempt_claim(app, task, attempt) + STARTED_SUFFIX)
+
+    def earlier(self, app: int, task: int, attempt: int) -> list[AttemptTrace]:
+        """The task's attempts numbered below *attempt*, with their fates: what a new try fences.
+
+        Where the store lists by prefix (an object store's request returns the task's names only), one listing.
+        Elsewhere a listing would read the whole directory, which holds every task's traces and grows with the
+        job; each lower try number is looked up instead (Airflow's try numbers are small and start at 1), unless
+        there are more than :data:`PROBE_LIMIT` of them."""
+        if self.store.lists_by_prefix or attempt > PROBE_LIMIT:
+            return [t for t in self.traces(app, task) if t.attempt < attempt]
+        out = []
+        for earlier in range(attempt):
+            fate = self.fate(app, task, earlier)
+            if fate is not None or self.store.exists(self.layout.attempt_claim(app, task, earlier) + STARTED_SUFFIX):
+                out.append(AttemptTrace(task, earlier, fate))
+        return out
 
     def claim(self, app: int, task: int, attempt: int, fate: str) -> str:
         """Exclusively set the attempt's fate to *fate*; return the fate that holds (ours, or the earlier one)."""
         return self.try_claim(app, task, attempt, fate)[0]
 
-    def try_claim(self, app: int, task: int, attempt: int, fate: str) -> tuple[str, bool]:
-        """:meth:`claim`, and whether this very call set the fate (``False``: it was set before, by anyone)."""
+    def try_claim(self, app: int, task: int, attempt: int, fate: str,
+                  record: bytes | None = None) -> tuple[str, bool]:
+        """:meth:`claim`, and whether this very call set the fate (``False``: it was set before, by anyone).
+        A claim to commit may hold the attempt's task commit *record* instead of the word (see :func:`fate_of`)."""
         rel = self.layout.attempt_claim(app, task, attempt)
-        if self.store.create_exclusive(rel, fate.encode()):
+        data = record if record is not None and fate == COMMITTING else fate.encode()
+        if self.store.create_exclusive(rel, data):
             return fate, True
-        return self.store.read_bytes(rel).decode(), False
+        return fate_of(self.store.read_bytes(rel)), False
 
     def overrule(self, app: int, task: int, attempt: int) -> None:
         """Record a committed attempt as failed: only for a v2 abort, which removes the commit itself (record
@@ -90,13 +112,20 @@ class AttemptLedger:
                 unread.append(key)
         for key in unread:
             try:
-                fates[key] = self.store.read_bytes(self.layout.attempt_claim(app, *key)).decode()
+                fates[key] = fate_of(self.store.read_bytes(self.layout.attempt_claim(app, *key)))
             except FileNotFoundError:  # removed by a cleanup meanwhile
                 continue
         return [AttemptTrace(t, a, fates.get((t, a))) for t, a in sorted(started | set(fates))]
 
     def fate(self, app: int, task: int, attempt: int) -> str | None:
         try:
-            return self.store.read_bytes(self.layout.attempt_claim(app, task, attempt)).decode()
+            return fate_of(self.store.read_bytes(self.layout.attempt_claim(app, task, attempt)))
         except FileNotFoundError:
             return None
+
+
+def fate_of(claim: bytes) -> str:
+    """The fate a claim's bytes say: ``failed``, or ``committing`` -- written as the word (earlier releases, and
+    a claim that holds no record) or as the attempt's task commit record, a JSON object (this release: the
+    record is then the same file under a second name, one file written for both)."""
+    return COMMITTING if claim[:1] == b"{" else claim.decode()
