@@ -28,6 +28,9 @@ class Store(ABC):
     #: ``True`` when :meth:`list_dir_prefix` costs what the matching names cost (object stores ask for them),
     #: ``False`` when it reads the whole directory (the local disk)
     lists_by_prefix: bool = False
+    #: ``True`` when a directory exists on its own, empty or not (the local disk); ``False`` where a "directory" is
+    #: a prefix of the names under it (object stores)
+    has_directories: bool = False
     protocol: str = ""
 
     @abstractmethod

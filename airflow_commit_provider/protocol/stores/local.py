@@ -36,6 +36,7 @@ class LocalStore(Store):
 
     link_moves = True
     renames_directories = True
+    has_directories = True
     default_commit_threads = 1
     protocol = "file"
 

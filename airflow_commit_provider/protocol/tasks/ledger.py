@@ -1,9 +1,11 @@
 """The task attempt state machine and its one owner: ``started -> committing | failed``.
 
-Every task attempt leaves a trace under its application attempt, in ``_attempts/``:
+Every task attempt leaves a trace under its application attempt:
 
-- ``attempt_<task>_<try>.started``: written when the attempt is set up, so that a try killed with SIGKILL (or lost
-  with its worker) is known to have existed, even on S3, where an attempt that wrote nothing has no directory;
+- that it started, so that a try killed with SIGKILL (or lost with its worker) is known to have existed: on the
+  local disk its work directory, made at set-up and removed only once the attempt has a fate; on S3, where an
+  attempt that wrote nothing has no directory, ``_attempts/attempt_<task>_<try>.started`` (which earlier releases
+  wrote on every store, and which is still read);
 - ``attempt_<task>_<try>``: the attempt's **fate**, created exclusively, holding ``failed``, or ``committing``
   (earlier releases) or the attempt's task commit record, which then also becomes the record (see :func:`fate_of`).
 
@@ -47,8 +49,20 @@ class AttemptLedger:
         self.layout = layout
 
     def start(self, app: int, task: int, attempt: int) -> None:
-        """Leave the trace that this attempt exists (idempotent): an empty file, created in one step."""
-        self.store.touch(self.layout.attempt_claim(app, task, attempt) + STARTED_SUFFIX)
+        """Leave the trace that this attempt exists (idempotent). Where a directory exists on its own (the local
+        disk), the attempt's work directory, made now, is that trace: it is removed only after the attempt has a
+        fate (its commit, or its failure recorded), which then is the trace. Elsewhere (object stores, where an
+        attempt that wrote nothing has no directory): an empty ``.started`` file beside the claim."""
+        if self.store.has_directories:
+            self.store.makedirs(self.layout.attempt_dir(app, task, attempt))
+        else:
+            self.store.touch(self.layout.attempt_claim(app, task, attempt) + STARTED_SUFFIX)
+
+    def _started(self, app: int, task: int, attempt: int) -> bool:
+        """Whether the attempt left a trace of its start: its ``.started`` file (every store, and earlier releases
+        on the local disk too), or its work directory where that is the trace."""
+        return self.store.exists(self.layout.attempt_claim(app, task, attempt) + STARTED_SUFFIX) or (
+            self.store.has_directories and self.store.exists(self.layout.attempt_dir(app, task, attempt)))
 
     def earlier(self, app: int, task: int, attempt: int) -> list[AttemptTrace]:
         """The task's attempts numbered below *attempt*, with their fates: what a new try fences.
@@ -62,7 +76,7 @@ class AttemptLedger:
         out = []
         for earlier in range(attempt):
             fate = self.fate(app, task, earlier)
-            if fate is not None or self.store.exists(self.layout.attempt_claim(app, task, earlier) + STARTED_SUFFIX):
+            if fate is not None or self._started(app, task, earlier):
                 out.append(AttemptTrace(task, earlier, fate))
         return out
 
@@ -87,8 +101,9 @@ class AttemptLedger:
 
     def traces(self, app: int, task: int | None = None,
                known: Mapping[tuple[int, int], str] | None = None) -> list[AttemptTrace]:
-        """Every attempt of the application attempt (of one *task* only, when given) with its fate: one listing,
-        and one read per fate not in *known* (``(task, attempt) -> fate`` the caller already has, e.g. winners)."""
+        """Every attempt of the application attempt (of one *task* only, when given) with its fate: one listing
+        (two on the local disk: the work directories too, see :meth:`start`), and one read per fate not in *known*
+        (``(task, attempt) -> fate`` the caller already has, e.g. winners)."""
         known = known or {}
         directory = self.layout.attempts_dir(app)
         prefix = f"attempt_{task:05d}_" if task is not None else "attempt_"
@@ -110,6 +125,11 @@ class AttemptLedger:
                 fates[key] = known[key]
             else:
                 unread.append(key)
+        if self.store.has_directories:   # work directories are traces there (see :meth:`start`)
+            for name in self.store.list_dir_prefix(self.layout.work_root(app), prefix):
+                key = parse_attempt_name(name)
+                if key is not None:
+                    started.add(key)
         for key in unread:
             try:
                 fates[key] = fate_of(self.store.read_bytes(self.layout.attempt_claim(app, *key)))
