@@ -217,11 +217,22 @@ class FileOutputCommitter(OutputCommitter):
                 f"job {self.job_id} was set up with {job.config()}, but this committer has {self._config()}; "
                 "a job keeps its committer, algorithm, mode and partitioning across attempts")
 
-    def app_attempts(self, job: JobRecord) -> list[int]:
-        """The generation's application attempts, newest first."""
-        apps = sorted((int(n) for n in self.store.list_dir(self.layout.job_dir)
-                       if n.isdigit() and int(n) >= job.first_app_attempt), reverse=True)
+    def app_attempts(self, job: JobRecord, names: Iterable[str] | None = None) -> list[int]:
+        """The generation's application attempts, newest first (*names*: the job directory's, when the caller
+        has just listed it)."""
+        names = self.store.list_dir(self.layout.job_dir) if names is None else names
+        apps = sorted((int(n) for n in names if n.isdigit() and int(n) >= job.first_app_attempt), reverse=True)
         return [n for n in apps if self.store.exists(self.layout.app_marker(n))]
+
+    def plan_and_app_attempt(self, job: JobRecord) -> tuple[CommitPlan | None, int]:
+        """The plan of *job*'s commit (``None`` before one is fixed) and its current application attempt, from one
+        listing of the job's directory, which holds both: the plan is read only when its name is there."""
+        names = self.store.list_dir(self.layout.job_dir)
+        plan = self.commit_plan(job) if self.layout.plan(job.job_uuid).rsplit("/", 1)[-1] in names else None
+        apps = self.app_attempts(job, names)
+        if not apps:
+            raise JobNotSetUp(f"job {self.job_id} has no application attempt; run setup_job() first")
+        return plan, apps[0]
 
     def current_app_attempt(self, job: JobRecord | None = None) -> int:
         """The newest application attempt of the current generation."""

@@ -148,7 +148,7 @@ class TaskAttempts:
             self.discard(ta)
             raise CommitDenied(f"task attempt {ta.name} belongs to job generation {ta.job_uuid}, the job is now "
                                f"{job.job_uuid}; its files were removed", task=ta.task, attempt=ta.attempt)
-        plan = self.c.commit_plan(job)
+        plan, current = self.c.plan_and_app_attempt(job)
         if plan is not None:
             rec = self.record(plan.app_attempt, ta.task, ta.job_uuid) if ta.task in plan.tasks else None
             if rec is not None and rec.attempt == ta.attempt and rec.app_attempt == ta.app_attempt:
@@ -157,7 +157,6 @@ class TaskAttempts:
             raise CommitDenied(f"job {self.c.job_id} is already committing; task {ta.task} is committed by "
                                f"{rec and rec.attempt}", task=ta.task, attempt=ta.attempt,
                                winner=rec and rec.to_doc())
-        current = self.c.current_app_attempt(job)
         if ta.app_attempt != current:
             # A zombie of an older application attempt. Its commit could only land in that attempt's directory
             # (which job commit ignores) -- or, with v2, replace the current winner's visible files: refuse it.
