@@ -75,7 +75,7 @@ class MultipartFile(io.RawIOBase):
         self.size += n
         return n
 
-    def _upload(self, chunk: bytearray) -> None:
+    def _upload(self, chunk: bytearray | memoryview) -> None:
         number = len(self.parts) + 1
         self.parts.append([number, self.store.upload_part(self.rel, self.upload_id, number, chunk)])
 
@@ -86,8 +86,8 @@ class MultipartFile(io.RawIOBase):
         if self.closed:
             return
         if self._fill or not self.parts:
-            del self._buf[self._fill:]   # the last part: shrink the buffer in place rather than copy it
-            self._upload(self._buf)
+            with memoryview(self._buf) as view:   # the last part: a view of the filled bytes, not a copy
+                self._upload(view[:self._fill])
         self._buf = bytearray()
         doc = {"path": self.rel, "upload_id": self.upload_id, "parts": self.parts, "size": self.size,
                "state": "closed"}

@@ -56,6 +56,11 @@ class BufferReader(io.RawIOBase):
     def __len__(self) -> int:
         return len(self._view)
 
+    def close(self) -> None:
+        if not self.closed:
+            self._view.release()
+        super().close()
+
 
 class S3Store(FsspecStore):
     """An output root on S3 (any s3fs file system: from an Airflow connection or built directly)."""
@@ -244,8 +249,9 @@ class S3Store(FsspecStore):
         """UploadPart of *data*, which is not copied: botocore wraps ``bytes`` in a ``BytesIO`` that aiohttp
         then copies whole, and copies a ``bytearray`` several times over (checksum, payload); a file object
         over the caller's buffer is read in small chunks instead. The buffer is free again when this returns."""
-        return self._client_call("upload_part", Bucket=self.bucket, Key=self.key(rel), UploadId=upload_id,
-                                 PartNumber=number, Body=BufferReader(data))["ETag"]
+        with BufferReader(data) as body:   # closing it releases its view: the caller may then resize the buffer
+            return self._client_call("upload_part", Bucket=self.bucket, Key=self.key(rel), UploadId=upload_id,
+                                     PartNumber=number, Body=body)["ETag"]
 
     def complete_upload(self, rel: str, upload_id: str, parts: Sequence[Sequence[Any]]) -> None:
         self._client_call("complete_multipart_upload", Bucket=self.bucket, Key=self.key(rel), UploadId=upload_id,
