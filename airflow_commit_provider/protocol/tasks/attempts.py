@@ -172,10 +172,6 @@ class TaskAttempts:
             refusal: _Refused | None = None
         except _Refused as r:
             data, refusal = None, r
-        if data is not None:
-            # the attempt's files reach the disk before the claim and the record that name them (in the worker,
-            # in parallel across tasks: job commit then only fsyncs directories)
-            self.store.sync_tree(ta.work_dir)
         # The claim to commit holds the record itself, so that the record can be the same file under its own name
         # (one file written, not two); a refused attempt claims its failure instead.
         fate, fresh = self.ledger.try_claim(ta.app_attempt, ta.task, ta.attempt,
@@ -202,6 +198,9 @@ class TaskAttempts:
                 self.publisher.discard(ta.work_dir)
                 raise refusal.error
             mine = TaskCommitRecord.from_json(data, rec_path)  # as any reader will see it, checked before it exists
+            # the attempt's files reach the disk before the record that names them (in the worker, in parallel
+            # across tasks: job commit then only fsyncs directories); after the claim, so nobody removes them now
+            self.store.sync_tree(ta.work_dir)
             claim = self.layout.attempt_claim(ta.app_attempt, ta.task, ta.attempt) if fresh else None
             if self.store.create_exclusive(rec_path, data, like=claim):
                 existing = mine
