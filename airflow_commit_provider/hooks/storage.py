@@ -10,7 +10,15 @@ from typing import Any
 
 from airflow.sdk import BaseHook, ObjectStoragePath
 
-from ..protocol import InvalidOutputSpec, MarkerChanging, Store, read_success_marker, store_for
+from ..protocol import (
+    CommitConfig,
+    FileOutputCommitter,
+    InvalidOutputSpec,
+    MarkerChanging,
+    Store,
+    read_success_marker,
+    store_for,
+)
 
 
 class CommitStorageHook(BaseHook):
@@ -34,6 +42,11 @@ class CommitStorageHook(BaseHook):
         if self.conn_id:
             self.log.info("conn_id %r ignored for the local path %s", self.conn_id, target)
         return store_for(target.removeprefix("file://"), durable=durable)
+
+    def make_committer(self, target: Any, job_id: str, config: CommitConfig) -> FileOutputCommitter:
+        """The committer of job *job_id* on *target*: the hook owns the store and the connection behind it, so the
+        operators, the maintenance operators and the plugin all get their committers here."""
+        return FileOutputCommitter(self.get_store(target, durable=config.durable), job_id, config)
 
     def committed_manifest(self, target: Any, *, job_id: str | None = None,
                            verify_files: bool = False) -> dict[str, Any] | None:

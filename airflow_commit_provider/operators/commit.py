@@ -19,16 +19,16 @@ from __future__ import annotations
 import hashlib
 import inspect
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
 
 from ..hooks.storage import CommitStorageHook
 from ..links.commit_status import CommitStatusLink, CommitTargetLink
-from ..protocol import CommitDenied, FileOutputCommitter, InvalidOutputSpec, make_committer, run_task_attempt
-from ..protocol.committer import check_mode, normalize_algorithm
-from ..protocol.paths import check_partition_key
+from ..protocol import CommitConfig, CommitDenied, FileOutputCommitter, InvalidOutputSpec, run_task_attempt
+from ..protocol.config import check_threads, normalize_algorithm, partition_columns
+from ..protocol.modes import check_mode
 from .failures import fail_fast_on_deterministic_errors
 from .lineage import CommitLineageMixin
 from .setup_context import SetupContext
@@ -105,8 +105,8 @@ def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
         if target is None or (isinstance(target, str) and not target.strip()):
             raise bad("target", "target is required: a local path, a URL such as s3://bucket/prefix, or an "
                                 "ObjectStoragePath")
-    checks = {"algorithm": normalize_algorithm, "mode": check_mode, "partition_by": _partition_columns,
-              "commit_threads": _threads}
+    checks = {"algorithm": normalize_algorithm, "mode": check_mode,
+              "partition_by": lambda v: list(partition_columns(v)), "commit_threads": check_threads}
     for name, check in checks.items():
         if name in args:
             try:
@@ -126,23 +126,6 @@ def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
 
 def _text(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip())
-
-
-def _partition_columns(partition_by: Any) -> list[str]:
-    columns = [partition_by] if isinstance(partition_by, str) else partition_by
-    if not isinstance(columns, Iterable):
-        raise InvalidOutputSpec("give a partition column name or a list of them")
-    columns = [check_partition_key(key) for key in columns]
-    if len(set(columns)) != len(columns):
-        raise InvalidOutputSpec(f"partition columns repeat: {columns}")
-    return columns
-
-
-def _threads(commit_threads: Any) -> int | None:
-    if commit_threads is not None and (isinstance(commit_threads, bool) or not isinstance(commit_threads, int)
-                                       or commit_threads < 1):
-        raise InvalidOutputSpec("commit_threads must be a positive integer (or None: the store's default)")
-    return commit_threads
 
 
 class _CheckedPartial:
@@ -247,16 +230,12 @@ class CommitBaseOperator(BaseOperator):
         return states.get(context["run_id"], {}).get(task_id)
 
     def committer(self, context: Mapping[str, Any]) -> FileOutputCommitter:
-        store = CommitStorageHook(self.conn_id).get_store(self.target, durable=self.durable)
         labels = {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "job_name": self._job_name()}
         if self.job_key is not None:
             labels["job_key"] = self._job_key(context)
-        return make_committer(store, self.job_id(context), algorithm=self.algorithm, mode=self.mode,
-                              partition_by=self.partition_by, commit_threads=self.commit_threads, labels=labels)
-
-
-#: The name of :class:`CommitBaseOperator` in earlier releases (a mixin used with ``BaseOperator``).
-CommitOperatorMixin = CommitBaseOperator
+        config = CommitConfig(algorithm=self.algorithm, mode=self.mode, partition_by=self.partition_by,
+                              commit_threads=self.commit_threads, labels=labels, durable=self.durable)
+        return CommitStorageHook(self.conn_id).make_committer(self.target, self.job_id(context), config)
 
 
 class CommitSetupOperator(CommitBaseOperator):
@@ -508,9 +487,10 @@ def leftover_hint(committer: FileOutputCommitter, conn_id: str | None, target: A
     call that removes it when the run will not be cleared (Hadoop's abortJob: the target as before the job)."""
     where = committer.store.url(committer.layout.job_dir)
     remove = (f"python -c \"from airflow_commit_provider.hooks.storage import CommitStorageHook; "
-              f"from airflow_commit_provider.protocol import make_committer; "
-              f"make_committer(CommitStorageHook({conn_id!r}).get_store({str(target)!r}), {committer.job_id!r}, "
-              f"algorithm={committer.algorithm!r}).abort_job()\"")
+              f"from airflow_commit_provider.protocol import CommitConfig; "
+              f"CommitStorageHook({conn_id!r}).make_committer({str(target)!r}, {committer.job_id!r}, "
+              f"CommitConfig(algorithm={committer.algorithm!r}, mode={committer.mode!r}, "
+              f"partition_by={list(committer.partition_by)!r})).abort_job()\"")
     if kept:
         return (f"kept {len(kept)} committed task(s) ({', '.join(map(str, kept))}) of job {committer.job_id} hidden "
                 f"under {where}: clear this DAG run to recover them (their code is not called again). If the run "

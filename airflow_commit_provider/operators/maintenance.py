@@ -8,7 +8,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from ..hooks.storage import CommitStorageHook
-from ..protocol import FileOutputCommitter
+from ..protocol import CommitConfig
 from ..protocol.maintenance.compaction import compact
 from ..protocol.maintenance.dedup import find_duplicates, remove_duplicates, summary_lines
 from .commit import make_job_id
@@ -62,10 +62,10 @@ class CompactOutputOperator(BaseOperator):
         self.target, self.conn_id, self.target_size = target, conn_id, target_size
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        store = CommitStorageHook(self.conn_id).get_store(self.target)
         job_id = make_job_id(context["dag"].dag_id, context["run_id"], f"compact-{self.task_id}")
-        committer = FileOutputCommitter(store, job_id, algorithm=1, mode="append",
-                                        labels={"dag_id": context["dag"].dag_id, "run_id": context["run_id"]})
+        config = CommitConfig(algorithm=1, mode="append",
+                              labels={"dag_id": context["dag"].dag_id, "run_id": context["run_id"]})
+        committer = CommitStorageHook(self.conn_id).make_committer(self.target, job_id, config)
         result = compact(committer, context["ti"].try_number, self.target_size)
         self.log.info("compaction %s: %s: %s groups merged from %s small files", job_id, result["state"],
                       result.get("groups"), result.get("inputs"))

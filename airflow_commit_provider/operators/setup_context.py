@@ -20,9 +20,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..protocol.committer import check_mode, normalize_algorithm
+from ..protocol.config import CommitConfig, normalize_algorithm, partition_columns
 from ..protocol.errors import InvalidOutputSpec
-from ..protocol.paths import check_partition_key
+from ..protocol.modes import check_mode
 
 #: Set (``True``) in every setup context: marks a run's ``return_value`` XCom as one.
 SETUP_MARKER = "commit_provider_setup"
@@ -84,7 +84,7 @@ class SetupContext:
             check_mode(self.mode)
             partition_by = [self.partition_by] if isinstance(self.partition_by, str) else self.partition_by
             _check(isinstance(partition_by, Collection), "partition_by", partition_by, "a list of column names")
-            object.__setattr__(self, "partition_by", tuple(check_partition_key(k) for k in partition_by))
+            object.__setattr__(self, "partition_by", partition_columns(partition_by))
         except InvalidSetupContext:
             raise
         except InvalidOutputSpec as exc:
@@ -95,6 +95,10 @@ class SetupContext:
         for key in ("generation", "app_attempt", "first_app_attempt", "clear_number", "setup_try"):
             value = getattr(self, key)
             _check(_count(value), key, value, "a non-negative integer or None")
+
+    def config(self) -> CommitConfig:
+        """The job's configuration as the setup task set it up (what rebuilding its committer needs)."""
+        return CommitConfig(algorithm=self.algorithm_value, mode=self.mode, partition_by=self.partition_by)
 
     @classmethod
     def from_xcom(cls, value: Any) -> SetupContext:

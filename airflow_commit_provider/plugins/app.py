@@ -56,11 +56,9 @@ def _committer(setup: dict[str, Any]) -> Any:
     """The stage's committer, rebuilt from its setup context."""
     from ..hooks.storage import CommitStorageHook
     from ..operators.setup_context import SetupContext
-    from ..protocol import make_committer
 
     ctx = SetupContext.from_xcom(setup)
-    return make_committer(CommitStorageHook(ctx.conn_id).get_store(ctx.target), ctx.job_id,
-                          algorithm=ctx.algorithm_value, mode=ctx.mode, partition_by=ctx.partition_by)
+    return CommitStorageHook(ctx.conn_id).make_committer(ctx.target, ctx.job_id, ctx.config())
 
 
 def _stage_job(setup: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -86,8 +84,8 @@ def _storage_head(setup: dict[str, Any]) -> tuple[Any, ...]:
         if job is None:
             committed = c.commit_log()
             return ("log", committed.job_uuid if committed else None)
-        current = c.current_app_attempt(job)
-        return ("job", job.job_uuid, current, c.commit_plan(job) is not None,
+        current = c.job.current_app_attempt(job)
+        return ("job", job.job_uuid, current, c.job.commit_plan(job) is not None,
                 c.store.exists(c.layout.abort_record(current)))
     except Exception as exc:
         return ("unreadable", type(exc).__name__)

@@ -12,15 +12,8 @@ Hadoop users will recognise it::
     manifest = committer.commit_job(expected_tasks=4)   # writes _SUCCESS last
 """
 
-from .committer import (
-    MODES,
-    FileOutputCommitter,
-    JobContext,
-    OutputCommitter,
-    TaskAttemptContext,
-    make_committer,
-    normalize_algorithm,
-)
+from .committer import FileOutputCommitter, OutputCommitter, make_committer
+from .config import CommitConfig, normalize_algorithm
 from .errors import (
     CommitDenied,
     CommitProtocolError,
@@ -35,16 +28,20 @@ from .errors import (
     MarkerChanging,
     StorageCapabilityError,
 )
+from .job import Job
+from .jobsetup import JobContext
 from .layout import JobLayout, check_job_id
+from .modes import MODES
 from .records.success import read_success_marker
 from .stores import LocalStore, Store, store_for
+from .tasks.attempts import TaskAttemptContext
 from .tasks.runner import TaskOutcome, run_task_attempt
 from .tasks.writer import TaskAttemptWriter
 
 __all__ = [
-    "MODES", "CommitDenied", "CommitProtocolError", "CorruptRecord", "FileOutputCommitter", "InputsChanged",
+    "MODES", "CommitConfig", "CommitDenied", "CommitProtocolError", "CorruptRecord", "FileOutputCommitter", "InputsChanged",
     "InputsClaimed", "InvalidOutputSpec",
-    "JobAlreadyCommitted", "JobConfigMismatch", "JobContext", "JobIncomplete", "JobLayout", "JobNotSetUp",
+    "JobAlreadyCommitted", "JobConfigMismatch", "Job", "JobContext", "JobIncomplete", "JobLayout", "JobNotSetUp",
     "MarkerChanging", "make_committer",
     "LocalStore", "OutputCommitter", "StorageCapabilityError", "Store", "TaskAttemptContext", "TaskAttemptWriter",
     "TaskOutcome", "check_job_id", "normalize_algorithm", "read_success_marker", "run_task_attempt", "store_for",

@@ -6,141 +6,139 @@ attempt that had already claimed its commit is left alone (its commit may still 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import records
-from .faults import inject
+from .faults import inject, mid_delete
+from .job import Job
 from .layout import TEMPORARY, parse_attempt_name
+from .records.job import JobRecord
 from .records.success import marker_dirs_above, withdraw_markers
-from .publish import delete_and_prune
-
-if TYPE_CHECKING:
-    from .committer import FileOutputCommitter
-    from .records.job import JobRecord
+from .tasks.attempts import TaskAttempts
 
 
-def abort_job(c: FileOutputCommitter, *, keep_committed: bool = False) -> dict[str, Any]:
-    """See :meth:`FileOutputCommitter.abort_job`."""
-    job = c.job_record()
+def abort_job(scope: Job, *, keep_committed: bool = False) -> dict[str, Any]:
+    """See :meth:`~.committer.FileOutputCommitter.abort_job`."""
+    job = scope.job_record()
     if job is None:
-        state = "committed" if c.commit_log() is not None else "absent"
-        c.remove_trash()   # a committed job's cleanup, deferred to the teardown
-        return {"job_id": c.job_id, "state": state, "aborted": False}
-    if c.commit_plan(job) is not None:
-        return {"job_id": c.job_id, "state": "committing", "aborted": False}
-    apps = c.app_attempts(job)
+        state = "committed" if scope.commit_log() is not None else "absent"
+        scope.remove_trash()   # a committed job's cleanup, deferred to the teardown
+        return {"job_id": scope.job_id, "state": state, "aborted": False}
+    if scope.commit_plan(job) is not None:
+        return {"job_id": scope.job_id, "state": "committing", "aborted": False}
+    apps = scope.app_attempts(job)
     inject("abort_job.after_read")
     removed_visible: list[str] = []
     kept: list[int] = []
     kept_uploads: set[str] = set()
     for app in apps:
         committed: set[tuple[int, int]] = set()
-        for rec in c.status_reader.app_records(app, job.job_uuid):
-            if superseded(c, job, apps):
-                return stood_down(c)
+        for rec in scope.app_records(app, job.job_uuid):
+            if superseded(scope, job, apps):
+                return stood_down(scope)
             if rec.adopted:
-                if not c.publisher.keeps_committed:  # adopts a v2 commit that goes below: it must go too
-                    c.store.delete_file(c.layout.task_record(app, rec.task))
+                if not scope.publisher.keeps_committed:  # adopts a v2 commit that goes below: it must go too
+                    scope.store.delete_file(scope.layout.task_record(app, rec.task))
                 continue  # points at an earlier application attempt's record, handled there
-            if not c.publisher.keeps_committed:
+            if not scope.publisher.keeps_committed:
                 # v2: the attempt is recorded failed and its record removed first (nobody recovers it from now
                 # on), then its visible files; a crash in between leaves strays that the next try of the task
                 # replaces (TaskAttempts.withdrawn_files) and the next commit or abort of the generation sweeps.
                 # Once the record is gone a new try of the task may commit at the same names (after a clear, or
                 # retried in this application attempt): its files are not this attempt's to remove (I10), unless
                 # the purge ends the generation, records and all
-                c.ledger.overrule(rec.app_attempt, rec.task, rec.attempt)
-                c.store.delete_file(c.layout.task_record(rec.app_attempt, rec.task))
+                scope.ledger.overrule(rec.app_attempt, rec.task, rec.attempt)
+                scope.store.delete_file(scope.layout.task_record(rec.app_attempt, rec.task))
                 inject("abort_job.after_task_record")
-                if superseded(c, job, apps):
-                    return stood_down(c)
-                newer = c.attempts.record(rec.app_attempt, rec.task, job.job_uuid) if keep_committed else None
-                removed_visible += c.publisher.withdraw_commit(rec, keep={f.path for f in newer.files} if newer
+                if superseded(scope, job, apps):
+                    return stood_down(scope)
+                newer = scope.task_record(rec.app_attempt, rec.task, job.job_uuid) if keep_committed else None
+                removed_visible += scope.publisher.withdraw_commit(rec, keep={f.path for f in newer.files} if newer
                                                                else set())
                 continue
             committed.add((rec.task, rec.attempt))
             if keep_committed:
-                c.publisher.complete_task_commit(rec)  # its data must leave the attempt directory before that goes
+                scope.publisher.complete_task_commit(rec)  # its data must leave the attempt directory before that goes
                 kept.append(rec.task)
                 kept_uploads.update(f.upload_id for f in rec.files if f.upload_id is not None)
         if keep_committed:
-            for task, attempt in sorted(attempts_with_trace(c, app) - committed):
-                if superseded(c, job, apps):
-                    return stood_down(c)
-                if not c.attempts.fail_and_discard(app, task, attempt):
+            for task, attempt in sorted(attempts_with_trace(scope, app) - committed):
+                if superseded(scope, job, apps):
+                    return stood_down(scope)
+                if not TaskAttempts(scope).fail_and_discard(app, task, attempt):
                     # it claimed its commit first: its commit may still finish, so its pending uploads stay too
-                    kept_uploads |= c.publisher.pending_uploads(c.layout.attempt_dir(app, task, attempt))
+                    kept_uploads |= scope.publisher.pending_uploads(scope.layout.attempt_dir(app, task, attempt))
                 inject("abort_job.mid_delete")
-    if superseded(c, job, apps):
-        return stood_down(c)
-    strays = sorted(c.publisher.strays(c.visible_files(), set(), job.job_uuid))
+    if superseded(scope, job, apps):
+        return stood_down(scope)
+    strays = sorted(scope.publisher.strays(scope.visible_files(), set(), job.job_uuid))
     if strays and keep_committed:
-        live = live_files(c, job, apps)
+        live = live_files(scope, job, apps)
         strays = [p for p in strays if p not in live]
     if strays:
-        withdraw_markers(c.store, marker_dirs_above(strays))
-        delete_and_prune(c.store, strays, c.commit_threads)
+        withdraw_markers(scope.store, marker_dirs_above(strays))
+        scope.store.delete_and_prune(strays, scope.commit_threads, mid_delete)
     removed_visible += strays
-    removed = len(removed_visible) + c.publisher.abort_external(job.job_uuid,
+    removed = len(removed_visible) + scope.publisher.abort_external(job.job_uuid,
                                                                 kept_uploads if keep_committed else set())
-    if c.mode == "error":   # the target is free again, unless a generation of this job committed there
-        if superseded(c, job, apps):
-            return stood_down(c)
-        c.target_claim.release_uncommitted()
+    if scope.target_claim:   # the target is free again, unless a generation of this job committed there
+        if superseded(scope, job, apps):
+            return stood_down(scope)
+        scope.target_claim.release_uncommitted()
     if keep_committed:
         if apps:
-            c.store.write_bytes(c.layout.abort_record(apps[0]), records.dumps(
+            scope.store.write_bytes(scope.layout.abort_record(apps[0]), records.dumps(
                 "abort", {"at": records.now_iso(), "kept_committed_tasks": sorted(set(kept)),
                           "visible_files_removed": len(removed_visible)}))
         inject("abort_job.after_delete")
-        return {"job_id": c.job_id, "state": "aborted", "aborted": True, "app_attempts": sorted(apps),
+        return {"job_id": scope.job_id, "state": "aborted", "aborted": True, "app_attempts": sorted(apps),
                 "kept_committed_tasks": sorted(set(kept)), "visible_files_removed": removed}
     # purge: the generation dies with its job record; a zombie that commits afterwards finds no job (or a new
     # generation, whose records it cannot join)
-    if superseded(c, job, apps):
-        return stood_down(c)
-    for name in sorted(c.store.list_dir(c.layout.job_dir)):
+    if superseded(scope, job, apps):
+        return stood_down(scope)
+    for name in sorted(scope.store.list_dir(scope.layout.job_dir)):
         if name.isdigit():
-            c.store.delete_tree(c.layout.app_dir(int(name)))
+            scope.store.delete_tree(scope.layout.app_dir(int(name)))
             inject("abort_job.mid_delete")
-    c.store.delete_file(c.layout.job_record)
-    c.store.delete_tree(c.layout.job_dir)
-    c.store.remove_dir_if_empty(TEMPORARY)
+    scope.store.delete_file(scope.layout.job_record)
+    scope.store.delete_tree(scope.layout.job_dir)
+    scope.store.remove_dir_if_empty(TEMPORARY)
     inject("abort_job.after_delete")
-    return {"job_id": c.job_id, "state": "aborted", "aborted": True, "app_attempts": sorted(apps),
+    return {"job_id": scope.job_id, "state": "aborted", "aborted": True, "app_attempts": sorted(apps),
             "kept_committed_tasks": [], "visible_files_removed": removed}
 
 
-def attempts_with_trace(c: FileOutputCommitter, app: int) -> set[tuple[int, int]]:
+def attempts_with_trace(scope: Job, app: int) -> set[tuple[int, int]]:
     """``(task, attempt)`` of every attempt of an application attempt with a trace: a ``.started`` mark, a fate,
     or a work directory (an attempt set up by an older version of this package has only that)."""
-    found = {(t.task, t.attempt) for t in c.ledger.traces(app)}
-    for name in c.store.list_dir(c.layout.work_root(app)):
+    found = {(t.task, t.attempt) for t in scope.ledger.traces(app)}
+    for name in scope.store.list_dir(scope.layout.work_root(app)):
         key = parse_attempt_name(name)
         if key is not None:
             found.add(key)
     return found
 
 
-def live_files(c: FileOutputCommitter, job: JobRecord, apps: list[int]) -> set[str]:
+def live_files(scope: Job, job: JobRecord, apps: list[int]) -> set[str]:
     """Files the generation's task records list now, read after the visible files were listed (a task commit
     creates its record before its files appear). Those of a commit this abort never saw (recorded after it
     read the records, by an attempt that had claimed its commit) stay when the generation goes on: that commit
     may still count (I10)."""
-    return {f.path for app in apps for rec in c.status_reader.app_records(app, job.job_uuid) for f in rec.files}
+    return {f.path for app in apps for rec in scope.app_records(app, job.job_uuid) for f in rec.files}
 
 
-def superseded(c: FileOutputCommitter, job: JobRecord, apps: list[int]) -> bool:
+def superseded(scope: Job, job: JobRecord, apps: list[int]) -> bool:
     """Has the job moved on since this abort read it (a clear opened a newer application attempt, a job commit
     fixed its plan, a new generation started)? A teardown that was paused (a zombie teardown) must then stand
     down: what it read describes a run that no longer exists, and acting on it would delete committed data."""
-    now = c.job_record()
-    if now is None or now.job_uuid != job.job_uuid or c.commit_plan(now) is not None:
+    now = scope.job_record()
+    if now is None or now.job_uuid != job.job_uuid or scope.commit_plan(now) is not None:
         return True
-    return bool(apps) and c.app_attempts(now)[:1] != apps[:1]
+    return bool(apps) and scope.app_attempts(now)[:1] != apps[:1]
 
 
-def stood_down(c: FileOutputCommitter) -> dict[str, Any]:
-    return {"job_id": c.job_id, "state": "superseded", "aborted": False,
+def stood_down(scope: Job) -> dict[str, Any]:
+    return {"job_id": scope.job_id, "state": "superseded", "aborted": False,
             "why": "the job moved on while this abort ran (a newer application attempt or a job commit): it stood "
                    "down"}

@@ -147,3 +147,8 @@ def inject(point: str) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
         return
     raise InjectedFault(f"fault injected at {point}")
+
+
+def mid_delete() -> None:
+    """The fault point between two deletions of a job commit or abort (``commit_job.mid_delete``)."""
+    inject("commit_job.mid_delete")

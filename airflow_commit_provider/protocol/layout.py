@@ -75,6 +75,11 @@ class JobLayout:
     def job_record(self) -> str:
         return f"{self.job_dir}/_job.json"
 
+    @property
+    def commit_failure(self) -> str:
+        """The last failed job commit's summary (:mod:`.jobcommit`): goes with the job's records at cleanup."""
+        return f"{self.job_dir}/_commit_failure.json"
+
     def plan(self, job_uuid: str) -> str:
         """Scoped by generation, so a plan a crash left behind never steers a later generation's commit."""
         return f"{self.job_dir}/_commit_plan_{job_uuid}.json"

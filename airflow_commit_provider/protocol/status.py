@@ -6,44 +6,41 @@ Reads only, safe at any moment, from any process: nothing of a job lives in memo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import records
-from .tasks.ledger import COMMITTING, FAILED
+from .job import Job
 from .layout import SUCCESS
-
-if TYPE_CHECKING:
-    from .committer import FileOutputCommitter
-    from .records.job import JobRecord
-    from .records.task import TaskCommitRecord
+from .records.job import JobRecord
+from .tasks.ledger import COMMITTING, FAILED
 
 
 class JobStatus:
     """Reads one job's records: state, tasks, attempts."""
 
-    def __init__(self, committer: FileOutputCommitter) -> None:
-        self.c = committer
+    def __init__(self, job: Job) -> None:
+        self.job = job
 
     def status(self) -> dict[str, Any]:
         """``absent``, ``running``, ``failed`` (aborted, committed tasks kept), ``committing`` or ``committed``,
         with per-task attempts."""
-        c = self.c
-        job = c.job_record()
+        scope = self.job
+        job = scope.job_record()
         if job is None:
-            log = c.commit_log()
+            log = scope.commit_log()
             if log is None:
-                return {"job_id": c.job_id, "state": "absent", "output": c.store.url()}
+                return {"job_id": scope.job_id, "state": "absent", "output": scope.store.url()}
             doc = {k: v for k, v in log.to_doc().items() if k not in ("format", "version")}
-            success = records.read(c.store, SUCCESS, "success")
+            success = records.read(scope.store, SUCCESS, "success")
             if success is not None and success.get("job_uuid") == log.job_uuid:
                 doc.update(durations=success["durations"], diagnostics=success["diagnostics"])
             return {"state": "committed", **doc}
-        apps = c.app_attempts(job)
+        apps = scope.app_attempts(job)
         app = apps[0] if apps else job.first_app_attempt
-        plan = c.commit_plan(job)
+        plan = scope.commit_plan(job)
         tasks: dict[int, dict[str, Any]] = {}
         for a in sorted(apps):
-            for rec in self.app_records(a, job.job_uuid):
+            for rec in scope.app_records(a, job.job_uuid):
                 if a == app or rec.task not in tasks:
                     tasks[rec.task] = {"task": rec.task, "attempt": rec.attempt, "app_attempt": a,
                                        "recovered_from_app": rec.recovered_from_app,
@@ -54,23 +51,13 @@ class JobStatus:
         for t, hist in self.attempt_history(job).items():
             tasks.setdefault(t, {"task": t, "attempt": None, "app_attempt": None, "files": 0, "rows": 0,
                                  "bytes": 0, "current": False}).update(hist)
-        aborted = records.read(c.store, c.layout.abort_record(app), "abort")
+        aborted = records.read(scope.store, scope.layout.abort_record(app), "abort")
         state = "committing" if plan is not None else ("failed" if aborted else "running")
-        return {"job_id": c.job_id, "state": state, "job_uuid": job.job_uuid,
-                "generation": job.generation, "app_attempt": app, "committer": c.committer_name,
-                "algorithm": c.publisher.algorithm, "mode": c.mode, "output": c.store.url(),
+        return {"job_id": scope.job_id, "state": state, "job_uuid": job.job_uuid,
+                "generation": job.generation, "app_attempt": app, "committer": scope.publisher.committer_name,
+                "algorithm": scope.publisher.algorithm, "mode": scope.mode.name, "output": scope.store.url(),
                 "labels": dict(job.labels), "aborted": aborted,
                 "tasks": [tasks[t] for t in sorted(tasks)]}
-
-    def app_records(self, app: int, job_uuid: str) -> list[TaskCommitRecord]:
-        """Every task commit record of one application attempt (of generation *job_uuid*)."""
-        out = []
-        for name in self.c.store.list_dir(self.c.layout.commits_dir(app)):
-            if name.startswith("task_") and name.endswith(".json") and name[5:-5].isdigit():
-                rec = self.c.attempts.record(app, int(name[5:-5]), job_uuid)
-                if rec is not None:
-                    out.append(rec)
-        return out
 
     def attempt_history(self, job: JobRecord, winners: Mapping[tuple[int, int], int] | None = None
                         ) -> dict[int, dict[str, list[str]]]:
@@ -82,13 +69,13 @@ class JobStatus:
         the caller has the records already (job commit); otherwise every record is read.
         """
         out: dict[int, dict[str, list[str]]] = {}
-        apps = self.c.app_attempts(job)
+        apps = self.job.app_attempts(job)
         if winners is None:
-            winners = {(a, rec.task): rec.attempt for a in apps for rec in self.app_records(a, job.job_uuid)
+            winners = {(a, rec.task): rec.attempt for a in apps for rec in self.job.app_records(a, job.job_uuid)
                        if not rec.adopted}
         for a in apps:
             known = {(t, at): COMMITTING for (wa, t), at in winners.items() if wa == a}
-            for trace in self.c.ledger.traces(a, known=known):
+            for trace in self.job.ledger.traces(a, known=known):
                 hist = out.setdefault(trace.task, {"failed_attempts": [], "denied_attempts": [],
                                                    "unfinished_attempts": []})
                 if winners.get((a, trace.task)) == trace.attempt:

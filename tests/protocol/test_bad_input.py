@@ -42,8 +42,8 @@ def unchanged(root, before):
     ({"partition_by": ["../x"]}, "cannot be a directory name"),
     ({"partition_by": ["_hidden"]}, "cannot be a directory name"),
     ({"partition_by": ["day", "day"]}, "repeat"),
-    ({"commit_threads": 0}, "at least 1"),
-    ({"commit_threads": -2}, "non-negative"),
+    ({"commit_threads": 0}, "positive integer"),
+    ({"commit_threads": -2}, "positive integer"),
 ])
 def test_bad_configuration(target, kwargs, message):
     before = sc.all_files(target)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import json
 import uuid
 
@@ -129,7 +131,32 @@ def test_job_commit_names_missing_tasks_and_changes_nothing(root):
     with pytest.raises(JobIncomplete) as exc:
         c.commit_job(5)
     assert exc.value.missing == [1, 3, 4] and "1, 3, 4" in str(exc.value)
-    assert sc.all_files(root) == before
+    # nothing changed but the failed commit's summary beside the job's records (issue 21), shown by status()
+    assert sorted(set(sc.all_files(root)) - set(before)) == [c.layout.commit_failure]
+    assert set(before) <= set(sc.all_files(root))
+    failure = c.status()["commit_failure"]
+    assert failure["stage"] == "recovery" and failure["error"] == "JobIncomplete" and "1, 3, 4" in failure["message"]
+    assert "recovery" in failure["durations"]
+    run_task_attempt(c, 1, 1, produce(1, 1))
+    run_task_attempt(c, 3, 1, produce(3, 1))
+    run_task_attempt(c, 4, 1, produce(4, 1))
+    c.commit_job(5)
+    assert "commit_failure" not in c.status() and not any("_commit_failure" in f for f in sc.all_files(root))
+
+
+def test_a_failed_stage_is_logged_with_its_error_and_time(root, caplog):
+    """Every stage, task side included, is timed and logged by one base, in success and in failure."""
+    c = make(root)
+    c.setup_job()
+    with caplog.at_level(logging.INFO, logger="airflow_commit_provider.protocol.timing"):
+        run_task_attempt(c, 0, 1, produce(0, 1))
+        with pytest.raises(JobIncomplete):
+            c.commit_job(2)
+    lines = [r.getMessage() for r in caplog.records]
+    for stage in ("setup_task", "write", "commit_task"):
+        assert any(f"task 0 attempt 1: {stage}: " in line and " ms" in line for line in lines), (stage, lines)
+    failed = [r for r in caplog.records if "recovery failed after" in r.getMessage()]
+    assert failed and failed[0].levelno == logging.WARNING and "JobIncomplete" in failed[0].getMessage()
 
 
 def test_zero_tasks_commit_an_empty_output(root):
@@ -203,7 +230,7 @@ def test_v1_never_renames_a_directory_holding_a_stray_file(tmp_path):
     c.setup_job()
     for t in range(sc.TASKS):
         run_task_attempt(c, t, 1, produce(t, 1))
-    stray = tmp_path / "out" / c.layout.committed_dir(c.current_app_attempt()) / "day=d1" / "stray.parquet"
+    stray = tmp_path / "out" / c.layout.committed_dir(c.job.current_app_attempt()) / "day=d1" / "stray.parquet"
     pq.write_table(sc.task_table(77, 1).drop_columns(["day"]), str(stray))
     manifest = c.commit_job(sc.TASKS)
     assert manifest["diagnostics"]["directories_renamed"] == 1  # day=d0 only
@@ -228,7 +255,7 @@ def test_v1_stray_in_a_nested_partition_keeps_only_that_branch_on_the_file_path(
 
     for t in range(2):
         run_task_attempt(c, t, 1, write(t))
-    stray = tmp_path / "out" / c.layout.committed_dir(c.current_app_attempt()) / "a=1" / "b=2" / "stray.dat"
+    stray = tmp_path / "out" / c.layout.committed_dir(c.job.current_app_attempt()) / "a=1" / "b=2" / "stray.dat"
     stray.write_bytes(b"not planned")
     manifest = c.commit_job(2)
     assert manifest["diagnostics"]["directories_renamed"] == 2  # a=1/b=3 and a=2

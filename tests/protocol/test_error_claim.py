@@ -183,8 +183,8 @@ def _take_claim_without_plan(c: FileOutputCommitter) -> None:
     (by the claim's own method, as FixPlan takes it) and no plan exists."""
     job = c.job_record()
     assert job is not None
-    c.target_claim.take(job)
-    assert c.commit_plan(job) is None
+    c.job.target_claim.take(job)
+    assert c.job.commit_plan(job) is None
 
 
 @pytest.mark.parametrize("keep_committed", [False, True], ids=["purge", "teardown"])

@@ -25,7 +25,7 @@ def test_the_retry_logs_that_the_killed_try_is_fenced(tmp_path, caplog):
     assert line.startswith("task 2: attempt 1 (a try that was killed") and "can never commit" in line
     # what the line says holds: the killed try, woken, cannot commit
     c = sc.committer(cfg)
-    job = c.require_job()
+    job = c.job.require_job()
     zombie = TaskAttemptContext(c.job_id, job.job_uuid, 0, 2, 1, c.layout.attempt_dir(0, 2, 1))
     with pytest.raises(CommitDenied, match="recorded as failed|already committed"):
         c.commit_task(zombie)

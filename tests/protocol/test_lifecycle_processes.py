@@ -441,7 +441,7 @@ class ProcessLifecycle(Lifecycle):
             self.job = Gen(self.serial, st["job_uuid"], number, -1)
         job = self.job
         try:
-            app = self.c.current_app_attempt()
+            app = self.c.job.current_app_attempt()
         except JobNotSetUp:
             app = -1   # a setup killed between the job record and its application attempt, or a purge midway
         if app != job.app:

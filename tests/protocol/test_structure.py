@@ -22,18 +22,14 @@ def module_of(path: Path) -> str:
 
 
 def import_edges() -> dict[str, set[str]]:
-    """Module -> the package modules it imports, anywhere in it (a late import inside a function hides a cycle, it
-    does not remove it), except under ``if TYPE_CHECKING:`` (annotations only)."""
+    """Module -> the package modules it imports, anywhere in it: a late import inside a function hides a cycle, it
+    does not remove it, and so does an import under ``if TYPE_CHECKING:`` (the loop is in the design either way)."""
     modules = {module_of(p): p for p in PACKAGE.rglob("*.py")}
     edges: dict[str, set[str]] = {m: set() for m in modules}
     for mod, path in modules.items():
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
         tree = ast.parse(path.read_text())
-        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-                       and "TYPE_CHECKING" in ast.unparse(block.test) for n in ast.walk(block)}
         for node in ast.walk(tree):
-            if id(node) in typing_only:
-                continue
             if isinstance(node, ast.ImportFrom):
                 base = package
                 for _ in range(node.level - 1):
@@ -70,6 +66,21 @@ def test_no_import_cycles():
     assert not cycles, f"import cycles: {cycles}"
 
 
+def test_the_steps_take_the_job_scope_never_the_committer():
+    """Job setup, the task side, job commit and its stages, the abort and the read model work in the job's scope
+    (``protocol/job.py``); only the facade, the task runner that drives it and the maintenance jobs built on it
+    know ``FileOutputCommitter``."""
+    edges = import_edges()
+    committer = "airflow_commit_provider.protocol.committer"
+    steps = [m for m in edges if m.startswith("airflow_commit_provider.protocol.") and m != committer
+             and not m.startswith(("airflow_commit_provider.protocol.maintenance",
+                                   "airflow_commit_provider.protocol.tasks.runner"))
+             and m != "airflow_commit_provider.protocol"]
+    reaching = sorted(m for m in steps if committer in edges[m])
+    assert not reaching, f"{reaching} import the committer; give them the Job scope instead"
+    assert "airflow_commit_provider.protocol.job" in edges
+
+
 def test_the_readme_layout_is_the_code_layout(tmp_path):
     """The layout is written down once, in the README's design section; every path there is one JobLayout (or
     the attempt ledger, or the markers) names, and every JobLayout path appears there."""
@@ -82,7 +93,7 @@ def test_the_readme_layout_is_the_code_layout(tmp_path):
     named = {
         jl.job_record, jl.plan("<job uuid>"), jl.commit_log, jl.error_claim, jl.app_marker(0), jl.attempt_dir(0, 1, 2),
         jl.committed_dir(0), jl.task_record(0, 1), jl.attempt_claim(0, 1, 2), jl.attempt_claim(0, 1, 2) + ".started",
-        jl.abort_record(0), layout.SUCCESS, f"<partition>/{layout.SUCCESS}", jl.trash_entry("<uuid>") + "/",
+        jl.abort_record(0), jl.commit_failure, layout.SUCCESS, f"<partition>/{layout.SUCCESS}", jl.trash_entry("<uuid>") + "/",
         layout.DEDUP_PLAN,
         jl.compaction_plan("<job uuid>"), jl.input_claim("<file>", 0),
     }

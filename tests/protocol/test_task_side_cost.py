@@ -49,7 +49,7 @@ def test_a_retry_still_fences_the_try_it_replaces(tmp_path):
     c.setup_job()
     zombie = c.setup_task(0, 1)
     c.setup_task(0, 2)
-    assert c.ledger.fate(zombie.app_attempt, 0, 1) == "failed"
+    assert c.job.ledger.fate(zombie.app_attempt, 0, 1) == "failed"
     with TaskAttemptWriter(c, zombie) as w:   # the zombie wakes and writes on
         w.write(TABLE)
     with pytest.raises(CommitDenied, match="recorded as failed"):

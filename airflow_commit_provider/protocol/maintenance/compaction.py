@@ -229,7 +229,7 @@ def compact(committer: FileOutputCommitter, attempt: int, target_size: int = 128
         ctx = c.setup_job(replace_files=[f for g in groups for f in g], replace_first=True)
     else:
         ctx = c.setup_job()
-    job = c.require_job()
+    job = c.job.require_job()
     if not job.replace_first:
         raise InvalidOutputSpec(f"job {c.job_id} at {c.store.url()} was set up by another kind of job, not a "
                                 "compaction; use a job id of its own")

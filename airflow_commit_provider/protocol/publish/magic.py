@@ -25,11 +25,11 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..errors import CorruptRecord, StorageCapabilityError
+from ..errors import CorruptRecord, InvalidOutputSpec, StorageCapabilityError
 from ..faults import inject
 from ..layout import JobLayout
 from ..parallel import parallel
-from . import Publisher
+from .base import Publisher
 from ..stores.s3 import MIN_PART_SIZE, S3Store
 from ..records.task import FileEntry, TaskCommitRecord
 
@@ -115,7 +115,8 @@ class MultipartPublisher(Publisher):
                 "system: use algorithm 1 or 2 there")
         part_size = 8 * 2**20 if part_size is None else part_size
         if part_size < MIN_PART_SIZE:
-            raise ValueError(f"part_size must be at least {MIN_PART_SIZE} bytes (S3's minimum part size)")
+            raise InvalidOutputSpec(f"part_size must be at least {MIN_PART_SIZE} bytes (S3's minimum part size), got "
+                                    f"{part_size}")
         super().__init__(store, layout, job_id, threads)
         self.s3: S3Store = store
         self.part_size = part_size

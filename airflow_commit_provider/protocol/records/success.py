@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from .. import records
@@ -20,6 +21,57 @@ from ..errors import CorruptRecord, MarkerChanging
 from ..layout import SUCCESS
 from ..paths import join, partition_of
 from ..stores import Store, store_for
+
+
+@dataclass(frozen=True)
+class SuccessManifest:
+    """The ``_SUCCESS`` manifest of a committed job as a type: built once by job commit, never changed after it is
+    written; readers get it back through :meth:`validate`. Its JSON is the same as before it had a type (the
+    fields in this order, ``format`` and ``version`` first, ``files`` and ``retained`` last on disk)."""
+
+    #: the record versions :meth:`validate` reads (every version written so far)
+    VERSIONS = (1,)
+
+    committer: str
+    algorithm: int | str
+    mode: str
+    partition_by: list[str]
+    job_id: str
+    job_uuid: str
+    generation: int
+    app_attempt: int
+    labels: dict[str, Any]
+    started: str
+    finished: str
+    output: str
+    files: list[dict[str, Any]]
+    totals: dict[str, Any]
+    partitions: list[str]
+    tasks: list[dict[str, Any]]
+    deleted: dict[str, int]
+    replaced_generation: str | None
+    durations: dict[str, float] = field(default_factory=dict)
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+
+    def to_doc(self) -> dict[str, Any]:
+        """The manifest as the JSON object it is on disk (without ``format``, ``version`` and ``retained``)."""
+        return asdict(self)
+
+    def with_costs(self, durations: Mapping[str, float], **diagnostics: Any) -> SuccessManifest:
+        """This manifest with the commit's durations and more diagnostics (a new object: this one is frozen)."""
+        return replace(self, durations=dict(durations), diagnostics={**self.diagnostics, **diagnostics})
+
+    @classmethod
+    def validate(cls, doc: Any, where: str) -> SuccessManifest:
+        """A parsed ``_SUCCESS`` of any version in :attr:`VERSIONS` as a manifest; :class:`CorruptRecord` naming
+        *where* and the first problem. Fields a version did not write are their defaults (``None``, empty)."""
+        checked = records.validate_success(doc, where)
+        if checked.get("version") not in cls.VERSIONS:
+            raise CorruptRecord(f"{where} has unsupported _SUCCESS version {checked.get('version')!r}")
+        defaults: dict[str, Any] = {"partition_by": [], "generation": 0, "labels": {}, "output": "",
+                                    "partitions": [], "tasks": [], "deleted": {}, "replaced_generation": None}
+        return cls(**{f.name: checked.get(f.name, defaults.get(f.name)) for f in fields(cls)
+                      if f.name in checked or f.name in defaults})
 
 
 def marker_dirs_above(paths: Iterable[str]) -> set[str]:
@@ -40,22 +92,24 @@ def withdraw_markers(store: Store, dirs: Iterable[str]) -> None:
     store.delete_files([join(d, SUCCESS) for d in sorted(set(dirs))])
 
 
-def write_markers(store: Store, manifest: Mapping[str, Any], file_list: list[dict[str, Any]], *,
-                  per_partition: bool, files_json: bytes | None = None) -> int:
+def write_markers(store: Store, manifest: SuccessManifest, *, per_partition: bool,
+                  files_json: bytes | None = None) -> int:
     """Write the markers of a committed job, the root one last; returns how many files they retain.
 
     Each lists the job's files under it and, as ``retained``, the other visible files there now. With
     *per_partition* (dynamic mode) each partition the job wrote gets its own marker first: downstream DAGs wait
-    for one day, not the whole table. *files_json*: *file_list* already encoded (:func:`.records.encode`), as the
-    commit log encoded it.
+    for one day, not the whole table. *files_json*: the manifest's files already encoded (:func:`.records.encode`),
+    as the commit log encoded them.
     """
+    file_list = manifest.files
     ours = {f["path"] for f in file_list}
     visible = dict(store.visible_files_except(ours))
+    body = {k: v for k, v in manifest.to_doc().items() if k != "files"}
     if per_partition:
-        _write_partition_markers(store, manifest, file_list, visible)
+        _write_partition_markers(store, body, file_list, visible)
     retained = [{"path": p, "size": visible[p]} for p in sorted(visible)]
-    manifest = {**manifest, "diagnostics": {**manifest["diagnostics"], "retained_files": len(retained)}}
-    store.write_bytes(SUCCESS, records.dumps("success", manifest,
+    body["diagnostics"] = {**body["diagnostics"], "retained_files": len(retained)}
+    store.write_bytes(SUCCESS, records.dumps("success", body,
                                              files=records.encode(file_list) if files_json is None else files_json,
                                              retained=records.encode(retained)))
     return len(retained)
@@ -137,7 +191,8 @@ def _parse_marker(data: bytes, where: str) -> dict[str, Any]:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptRecord(f"{where} is not valid JSON ({exc}); it is truncated or was not written by "
                             "airflow-commit-provider") from exc
-    return records.validate_success(doc, where)
+    SuccessManifest.validate(doc, where)   # every field typed, of a version this release reads
+    return doc
 
 
 def verify_listed_files(store: Store, manifest: Mapping[str, Any], where: str) -> None:

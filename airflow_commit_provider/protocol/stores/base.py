@@ -8,7 +8,7 @@ from collections.abc import Callable, Container, Iterable, Sequence
 from typing import IO
 
 from ..parallel import parallel
-from ..paths import is_hidden
+from ..paths import is_hidden, partition_of
 
 
 class Store(ABC):
@@ -20,8 +20,6 @@ class Store(ABC):
     #: Threads for file moves at job commit when the caller does not choose. Renames into one local directory
     #: serialise on the directory lock, so local stores gain little from threads; object stores gain a lot.
     default_commit_threads: int = 8
-    #: ``True`` for stores on which moving a file copies its bytes (object stores).
-    move_copies_bytes: bool = False
     #: ``True`` when :meth:`move_dir_if_absent` renames a directory in one step: a committed job's records then go
     #: to ``_temporary/_trash`` at once and are deleted later (see ``FileOutputCommitter.remove_trash``)
     renames_directories: bool = False
@@ -157,6 +155,15 @@ class Store(ABC):
             after_each()
 
         parallel(delete, list(rels), threads)
+
+    def delete_and_prune(self, rels: Sequence[str], threads: int, after_each: Callable[[], None]) -> None:
+        """Delete files (:meth:`delete_many`), then the directories that became empty, deepest first: what a job
+        commit's deletions and an abort's sweep leave is no empty partition directory."""
+        self.delete_many(rels, threads, after_each)
+        with self.batch():
+            for d in sorted({partition_of(p) for p in rels} - {""}, key=lambda p: -p.count("/")):
+                while d and self.remove_dir_if_empty(d):
+                    d = partition_of(d)
 
     def publish_files(self, moves: Sequence[tuple[str, str, int | None]], threads: int,
                       after_each: Callable[[], None]) -> None:

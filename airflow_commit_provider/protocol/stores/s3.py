@@ -65,7 +65,6 @@ class BufferReader(io.RawIOBase):
 class S3Store(FsspecStore):
     """An output root on S3 (any s3fs file system: from an Airflow connection or built directly)."""
 
-    move_copies_bytes = True
     default_commit_threads = 16
     lists_by_prefix = True
 

@@ -13,20 +13,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import records
 from .ledger import COMMITTING, FAILED
+from ..config import check_number
 from ..errors import CommitDenied, CorruptRecord, InvalidOutputSpec
 from ..faults import inject
 from ..paths import partition_of
+from ..job import Job
+from ..records.job import JobRecord
 from ..records.task import TaskCommitRecord
+from ..timing import timed
 
 log = logging.getLogger(__name__)
 
-if TYPE_CHECKING:
-    from ..committer import FileOutputCommitter
-    from ..records.job import JobRecord
 
 
 @dataclass(frozen=True)
@@ -60,40 +61,37 @@ class _Refused(Exception):
         self.error = error
 
 
-def check_number(value: Any, what: str) -> int:
-    """*value* if it is a non-negative integer (``bool`` is not); :class:`InvalidOutputSpec` naming *what*."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidOutputSpec(f"{what} must be a non-negative integer, got {value!r}")
-    return value
-
-
 class TaskAttempts:
-    """The task attempts of one job (one committer): their set-up, commit decision, abort and adoption."""
+    """The task attempts of one job: their set-up, commit decision, abort and adoption."""
 
-    def __init__(self, committer: FileOutputCommitter) -> None:
-        self.c = committer
-        self.store = committer.store
-        self.layout = committer.layout
-        self.ledger = committer.ledger
-        self.publisher = committer.publisher
-
-    def record(self, app: int, task: int, job_uuid: str) -> TaskCommitRecord | None:
-        """The task's commit record in application attempt *app*, if it belongs to generation *job_uuid*: a zombie
-        of a purged generation may have written one into a directory a later generation reuses."""
-        rec = TaskCommitRecord.read(self.store, self.layout.task_record(app, task))
-        return rec if rec is not None and rec.job_uuid == job_uuid else None
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.store = job.store
+        self.layout = job.layout
+        self.ledger = job.ledger
+        self.publisher = job.publisher
+        self.record = job.task_record
 
     # ------------------------------------------------------------------ set-up and abort
+    def owner(self, task: int, attempt: int) -> str:
+        """How the task side's log lines name an attempt."""
+        return f"job {self.job.job_id} task {task} attempt {attempt}"
+
     def setup(self, task: int, attempt: int, job: JobRecord | None = None,
               app: int | None = None) -> TaskAttemptContext:
-        """See :meth:`~.committer.FileOutputCommitter.setup_task`. *job* and *app*: the job record and the current
-        application attempt when the caller has just read them (the task's recovery check, one step before)."""
+        """See :meth:`~.committer.FileOutputCommitter.setup_task` (timed and logged as ``setup_task``). *job* and
+        *app*: the job record and the current application attempt when the caller has just read them (the task's
+        recovery check, one step before)."""
+        with timed(self.store, self.owner(task, attempt), "setup_task"):
+            return self._setup(task, attempt, job, app)
+
+    def _setup(self, task: int, attempt: int, job: JobRecord | None, app: int | None) -> TaskAttemptContext:
         check_number(task, "task")
         check_number(attempt, "attempt")
         if job is None or app is None:
-            job = self.c.require_job()
-            app = self.c.current_app_attempt(job)
-        ta = TaskAttemptContext(self.c.job_id, job.job_uuid, app, task, attempt,
+            job = self.job.require_job()
+            app = self.job.current_app_attempt(job)
+        ta = TaskAttemptContext(self.job.job_id, job.job_uuid, app, task, attempt,
                                 self.layout.attempt_dir(app, task, attempt))
         self.ledger.start(app, task, attempt)
         for trace in self.ledger.earlier(app, task, attempt):
@@ -115,7 +113,11 @@ class TaskAttempts:
         return True
 
     def abort(self, ta: TaskAttemptContext) -> bool:
-        """See :meth:`~.committer.FileOutputCommitter.abort_task`."""
+        """See :meth:`~.committer.FileOutputCommitter.abort_task` (timed and logged as ``abort_task``)."""
+        with timed(self.store, self.owner(ta.task, ta.attempt), "abort_task"):
+            return self._abort(ta)
+
+    def _abort(self, ta: TaskAttemptContext) -> bool:
         if self.ledger.claim(ta.app_attempt, ta.task, ta.attempt, FAILED) != FAILED:
             return False
         inject("abort_task.after_marker")
@@ -134,6 +136,12 @@ class TaskAttempts:
         self.publisher.discard(ta.work_dir)
 
     # ------------------------------------------------------------------ the commit decision
+    def denied(self, ta: TaskAttemptContext, why: str, **details: Any) -> CommitDenied:
+        """Remove the attempt's files (:meth:`discard`) and return the denial to raise: no refusal of a commit
+        leaves anything of the attempt behind."""
+        self.discard(ta)
+        return CommitDenied(why, task=ta.task, attempt=ta.attempt, **details)
+
     def needs_commit(self, ta: TaskAttemptContext) -> bool:
         """See :meth:`~.committer.FileOutputCommitter.needs_task_commit`."""
         rec = self.record(ta.app_attempt, ta.task, ta.job_uuid)
@@ -141,29 +149,31 @@ class TaskAttempts:
 
     def commit(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None,
                sizes: Mapping[str, int] | None) -> dict[str, Any]:
-        """See :meth:`~.committer.FileOutputCommitter.commit_task`."""
+        """See :meth:`~.committer.FileOutputCommitter.commit_task` (timed and logged as ``commit_task``)."""
+        with timed(self.store, self.owner(ta.task, ta.attempt), "commit_task") as t:
+            doc = self._commit(ta, rows, sizes)
+            t.counts = {"files": len(doc["files"])}
+            return doc
+
+    def _commit(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None,
+                sizes: Mapping[str, int] | None) -> dict[str, Any]:
         inject("commit_task.before_record")
-        job = self.c.require_job()
+        job = self.job.require_job()
         if ta.job_uuid != job.job_uuid:
-            self.discard(ta)
-            raise CommitDenied(f"task attempt {ta.name} belongs to job generation {ta.job_uuid}, the job is now "
-                               f"{job.job_uuid}; its files were removed", task=ta.task, attempt=ta.attempt)
-        plan, current = self.c.plan_and_app_attempt(job)
+            raise self.denied(ta, f"task attempt {ta.name} belongs to job generation {ta.job_uuid}, the job is "
+                                  f"now {job.job_uuid}; its files were removed")
+        plan, current = self.job.plan_and_app_attempt(job)
         if plan is not None:
             rec = self.record(plan.app_attempt, ta.task, ta.job_uuid) if ta.task in plan.tasks else None
             if rec is not None and rec.attempt == ta.attempt and rec.app_attempt == ta.app_attempt:
                 return rec.to_doc()
-            self.discard(ta)
-            raise CommitDenied(f"job {self.c.job_id} is already committing; task {ta.task} is committed by "
-                               f"{rec and rec.attempt}", task=ta.task, attempt=ta.attempt,
-                               winner=rec and rec.to_doc())
+            raise self.denied(ta, f"job {self.job.job_id} is already committing; task {ta.task} is committed by "
+                                  f"{rec and rec.attempt}", winner=rec and rec.to_doc())
         if ta.app_attempt != current:
             # A zombie of an older application attempt. Its commit could only land in that attempt's directory
             # (which job commit ignores) -- or, with v2, replace the current winner's visible files: refuse it.
-            self.discard(ta)
-            raise CommitDenied(f"task attempt {ta.name} belongs to application attempt {ta.app_attempt}, the job "
-                               f"is now in application attempt {current}; its files were removed",
-                               task=ta.task, attempt=ta.attempt)
+            raise self.denied(ta, f"task attempt {ta.name} belongs to application attempt {ta.app_attempt}, the "
+                                  f"job is now in application attempt {current}; its files were removed")
         rec_path = self.layout.task_record(ta.app_attempt, ta.task)
         # What the commit would record, from the attempt's directory, before the claim: a party that removes the
         # attempt's files records it failed first, so if the claim below is ours the files listed are still there.
@@ -179,12 +189,12 @@ class TaskAttempts:
         inject("commit_task.after_claim")
         if fate == FAILED:
             # whoever recorded it failed removes its files (or has); removing them again is harmless
-            self.discard(ta)
             if fresh and refusal is not None:
+                self.discard(ta)
                 raise refusal.error
-            raise CommitDenied(f"task attempt {ta.name} was recorded as failed (by its own abort, a newer try of "
-                               "the task, or the failed run's teardown) and cannot commit; its files were removed",
-                               task=ta.task, attempt=ta.attempt, attempt_failed=True)
+            raise self.denied(ta, f"task attempt {ta.name} was recorded as failed (by its own abort, a newer try "
+                                  "of the task, or the failed run's teardown) and cannot commit; its files were "
+                                  "removed", attempt_failed=True)
         # An attempt that has just claimed its fate cannot have created the record yet (it does so only after
         # the claim): a record there now is another attempt's (or an adoption's), and the exclusive creation
         # below finds it. Only a repeated request (the claim was there) reads it first.
@@ -211,11 +221,10 @@ class TaskAttempts:
             raise CorruptRecord(f"task record {self.store.url(rec_path)} belongs to another job generation")
         self.publisher.complete_task_commit(existing)
         if existing.attempt != ta.attempt or existing.adopted:
-            self.discard(ta)
-            raise CommitDenied(
-                f"task {ta.task} of job {self.c.job_id} was already committed by attempt {existing.attempt} "
-                f"(application attempt {existing.app_attempt}); attempt {ta.attempt}'s files were removed",
-                task=ta.task, attempt=ta.attempt, winner=existing.to_doc())
+            raise self.denied(
+                ta, f"task {ta.task} of job {self.job.job_id} was already committed by attempt {existing.attempt} "
+                    f"(application attempt {existing.app_attempt}); attempt {ta.attempt}'s files were removed",
+                winner=existing.to_doc())
         inject("commit_task.after_move")
         return existing.to_doc()
 
@@ -267,7 +276,7 @@ class TaskAttempts:
                 f"({', '.join(clobbered[:3])}); file names must be unique across tasks and jobs (keep the default "
                 "names, which carry the job uuid). The attempt is recorded failed; nothing visible changed"))
         data_dir = self.publisher.data_dir(ta.app_attempt, ta.work_dir)
-        return TaskCommitRecord(job_id=self.c.job_id, job_uuid=ta.job_uuid, task=ta.task, attempt=ta.attempt,
+        return TaskCommitRecord(job_id=self.job.job_id, job_uuid=ta.job_uuid, task=ta.task, attempt=ta.attempt,
                                 app_attempt=ta.app_attempt, work_dir=ta.work_dir, data_dir=data_dir,
                                 recovered_from_app=None, committed=records.now_iso(), files=tuple(files))
 
@@ -288,7 +297,7 @@ class TaskAttempts:
         own = {p for p in visible if p.rsplit("/", 1)[-1].startswith(ta.file_prefix)}
         if not own:
             return own
-        for app in self.c.app_attempts(self.c.require_job()):
+        for app in self.job.app_attempts(self.job.require_job()):
             rec = self.record(app, ta.task, ta.job_uuid)
             if rec is not None:
                 own -= {f.path for f in rec.files}
@@ -303,7 +312,7 @@ class TaskAttempts:
         rec = self.record(app, task, job.job_uuid)
         if rec is not None:
             return rec
-        for old_app in self.c.app_attempts(job) if apps is None else apps:
+        for old_app in self.job.app_attempts(job) if apps is None else apps:
             if old_app >= app:
                 continue
             old = self.record(old_app, task, job.job_uuid)
@@ -317,4 +326,4 @@ class TaskAttempts:
         return None
 
 
-__all__ = ["TaskAttemptContext", "TaskAttempts", "check_number"]
+__all__ = ["TaskAttemptContext", "TaskAttempts"]

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..committer import FileOutputCommitter
 from ..errors import CommitDenied, JobAlreadyCommitted
+from ..timing import timed
 from .writer import TaskAttemptWriter
 
 
@@ -68,8 +69,9 @@ def run_task_attempt(committer: FileOutputCommitter, task: int, attempt: int,
     writer = TaskAttemptWriter(committer, ta, partition_by=committer.partition_by,
                                compression=compression, max_rows_per_file=max_rows_per_file)
     try:
-        with writer:
+        with timed(committer.store, f"job {committer.job_id} task {task} attempt {attempt}", "write") as t, writer:
             produce(writer)
+            t.counts = {"files": len(writer.rows), "rows": sum(n or 0 for n in writer.rows.values())}
         record = committer.commit_task(ta, writer.rows, sizes=writer.sizes)
     except CommitDenied as denied:
         if denied.winner is None:

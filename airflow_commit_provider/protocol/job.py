@@ -1,0 +1,166 @@
+"""The scope of one job on one store: what every part of the protocol works in.
+
+A :class:`Job` owns the store, the layout, the configuration, the attempt ledger, the publisher, the mode and the
+error-mode claim, and reads the job's records. Job setup (:mod:`.jobsetup`), the task side (:mod:`.tasks`), job
+commit and its stages (:mod:`.jobcommit`), the abort (:mod:`.abort`) and the read model (:mod:`.status`) each take a
+``Job``; none of them knows the committer, which is only the Hadoop-shaped facade over them
+(:mod:`.committer`). Like Hadoop's manifest committer, whose stages get a ``StageConfig`` and the store operations.
+
+A ``Job`` holds no state of the job itself: every decision is a record on the store, so any process can build one
+for a job and act on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .config import CommitConfig
+from .errors import InvalidOutputSpec, JobAlreadyCommitted, JobConfigMismatch, JobNotSetUp
+from .layout import TEMPORARY, TRASH, JobLayout, check_job_id
+from .modes import Mode
+from .publish import Publisher, publisher_for
+from .records.job import CommitLog, CommitPlan, JobRecord
+from .records.task import TaskCommitRecord
+from .stores import Store
+from .targetclaim import TargetClaim
+from .tasks.ledger import AttemptLedger
+
+
+class Job:
+    """One job (*job_id*, stable across retries and clears of one write stage of one DAG run) on *store*."""
+
+    def __init__(self, store: Store, job_id: str, config: CommitConfig) -> None:
+        self.store = store
+        self.job_id = check_job_id(job_id)
+        self.config = config
+        self.mode: Mode = config.strategy
+        self.layout = JobLayout(self.job_id)
+        self.ledger = AttemptLedger(store, self.layout)
+        self.commit_threads = config.commit_threads or store.default_commit_threads
+        #: everything the job does differently per algorithm and store (:mod:`.publish`)
+        self.publisher: Publisher = publisher_for(config, store, self.layout, self.job_id, self.commit_threads)
+        #: mode ``error``: which job owns the target (:mod:`.targetclaim`); ``None`` in the other modes
+        self.target_claim = TargetClaim(store, self.layout) if self.mode.claims_target else None
+
+    # ------------------------------------------------------------------ identity
+    def identity(self) -> dict[str, object]:
+        """What the job record keeps of the configuration, and every later committer of the job must match."""
+        return {"committer": self.publisher.committer_name, "algorithm": self.publisher.algorithm,
+                "mode": self.mode.name, "partition_by": list(self.config.partition_by)}
+
+    def check_config(self, record: JobRecord) -> None:
+        """:class:`JobConfigMismatch` when *record* was set up with another configuration."""
+        if record.config() != self.identity():
+            raise JobConfigMismatch(
+                f"job {self.job_id} was set up with {record.config()}, but this committer has {self.identity()}; "
+                "a job keeps its committer, algorithm, mode and partitioning across attempts")
+
+    # ------------------------------------------------------------------ record reads
+    def job_record(self) -> JobRecord | None:
+        """The current generation's job record, or ``None`` (never set up, or committed and cleaned up)."""
+        return JobRecord.read(self.store, self.layout.job_record)
+
+    def commit_log(self) -> CommitLog | None:
+        """The job's commit log (``_commits/<job>.json``): the last committed generation's manifest."""
+        return CommitLog.read(self.store, self.layout.commit_log)
+
+    def commit_plan(self, record: JobRecord) -> CommitPlan | None:
+        """The plan of the generation's commit, once one was fixed (then the job is committing)."""
+        return CommitPlan.read(self.store, self.layout.plan(record.job_uuid))
+
+    def task_record(self, app: int, task: int, job_uuid: str) -> TaskCommitRecord | None:
+        """The task's commit record in application attempt *app*, if it belongs to generation *job_uuid*: a zombie
+        of a purged generation may have written one into a directory a later generation reuses."""
+        rec = TaskCommitRecord.read(self.store, self.layout.task_record(app, task))
+        return rec if rec is not None and rec.job_uuid == job_uuid else None
+
+    def app_records(self, app: int, job_uuid: str) -> list[TaskCommitRecord]:
+        """Every task commit record of one application attempt (of generation *job_uuid*)."""
+        out = []
+        for name in self.store.list_dir(self.layout.commits_dir(app)):
+            if name.startswith("task_") and name.endswith(".json") and name[5:-5].isdigit():
+                rec = self.task_record(app, int(name[5:-5]), job_uuid)
+                if rec is not None:
+                    out.append(rec)
+        return out
+
+    def require_job(self) -> JobRecord:
+        """The current generation's job record, with this job's configuration; :class:`JobNotSetUp` or
+        :class:`JobAlreadyCommitted` when there is none."""
+        record = self.job_record()
+        if record is None:
+            if self.commit_log() is not None:
+                raise JobAlreadyCommitted(
+                    f"job {self.job_id} at {self.store.url()} is committed and cleaned up; a new generation starts "
+                    "only through setup_job()")
+            raise JobNotSetUp(f"job {self.job_id} has no job record at {self.store.url(self.layout.job_record)}; "
+                              "run setup_job() first")
+        self.check_config(record)
+        return record
+
+    def app_attempts(self, record: JobRecord, names: Iterable[str] | None = None) -> list[int]:
+        """The generation's application attempts, newest first (*names*: the job directory's, when the caller
+        has just listed it)."""
+        names = self.store.list_dir(self.layout.job_dir) if names is None else names
+        apps = sorted((int(n) for n in names if n.isdigit() and int(n) >= record.first_app_attempt), reverse=True)
+        return [n for n in apps if self.store.exists(self.layout.app_marker(n))]
+
+    def current_app_attempts(self, record: JobRecord, names: Iterable[str] | None = None) -> list[int]:
+        """:meth:`app_attempts`, refusing a generation with none (:class:`JobNotSetUp`)."""
+        apps = self.app_attempts(record, names)
+        if not apps:
+            raise JobNotSetUp(f"job {self.job_id} has no application attempt; run setup_job() first")
+        return apps
+
+    def current_app_attempt(self, record: JobRecord | None = None) -> int:
+        """The newest application attempt of the current generation."""
+        return self.current_app_attempts(record or self.require_job())[0]
+
+    def plan_and_app_attempt(self, record: JobRecord) -> tuple[CommitPlan | None, int]:
+        """The plan of the generation's commit (``None`` before one is fixed) and its current application
+        attempt, from one listing of the job's directory, which holds both: the plan is read only when its name
+        is there (on S3 a missing record still costs a request)."""
+        names = self.store.list_dir(self.layout.job_dir)
+        plan = self.commit_plan(record) if self.layout.plan(record.job_uuid).rsplit("/", 1)[-1] in names else None
+        return plan, self.current_app_attempts(record, names)[0]
+
+    def registered_tasks(self, record: JobRecord) -> set[int]:
+        """Every task that set up an attempt or has a record in the generation (``commit_job()`` without tasks)."""
+        tasks: set[int] = set()
+        for app in self.app_attempts(record):
+            for name in self.store.list_dir(self.layout.commits_dir(app)):
+                if name.startswith("task_") and name.endswith(".json"):
+                    tasks.add(int(name[5:-5]))
+            tasks.update(trace.task for trace in self.ledger.traces(app))
+        return tasks
+
+    def visible_files(self) -> set[str]:
+        """Data files readers would see (names starting with ``_`` or ``.`` excluded)."""
+        return set(self.store.visible_names())
+
+    def check_empty(self, own_files: set[str], visible: set[str] | None = None) -> None:
+        """:class:`InvalidOutputSpec` when the target holds data files other than *own_files* (mode ``error``)."""
+        others = sorted((self.visible_files() if visible is None else visible) - own_files)
+        if others:
+            shown = ", ".join(others[:5]) + (" ..." if len(others) > 5 else "")
+            holder = self.target_claim.other_holder() if self.target_claim else None
+            owner = f" (job {holder.job_id} claimed it in mode 'error' at {holder.claimed})" if holder else ""
+            raise InvalidOutputSpec(
+                f"output {self.store.url()} already holds {len(others)} data file(s) ({shown}){owner} and mode is "
+                "'error'; use mode='append', 'overwrite' or 'dynamic' to write there")
+
+    # ------------------------------------------------------------------ clean-up any party may run
+    def remove_trash(self) -> int:
+        """Delete this job's committed directories that a cleanup renamed into ``_temporary/_trash`` (see
+        :class:`~.jobcommit.stages.Cleanup`); returns how many. Nothing there is read by anyone: deleting it at any
+        time, from any process, in parallel with another such call, is safe."""
+        names = [name for name in self.store.list_dir(TRASH) if self.layout.is_own_trash(name)]
+        for name in names:
+            self.store.delete_tree(f"{TRASH}/{name}")
+        if names:
+            self.store.remove_dir_if_empty(TRASH)
+            self.store.remove_dir_if_empty(TEMPORARY)
+        return len(names)
+
+
+__all__ = ["Job"]

@@ -1,0 +1,306 @@
+"""Job commit's stages, in the order they run::
+
+    RecoverTasks -> FixPlan -> WithdrawMarkers -> Publish -> DeleteOld -> SaveCommitLog -> WriteMarkers -> Cleanup
+
+Each takes the previous stage's output (:class:`~.stage.Stage`). The plan fixed by :class:`FixPlan`
+(exclusively, before anything visible changes) is what makes the whole resumable: a retry reads it and runs the
+stages from :class:`WithdrawMarkers` on, every one idempotent.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import records
+from ..errors import CorruptRecord, InvalidOutputSpec, JobIncomplete
+from ..faults import mid_delete
+from ..job import Job
+from ..layout import SUCCESS, TEMPORARY, task_name
+from ..parallel import parallel
+from ..paths import partition_of
+from ..records.inputs import check_unchanged
+from ..records.job import CommitLog, CommitPlan, JobRecord
+from ..records.success import SuccessManifest, marker_dirs_above, withdraw_markers, write_markers
+from ..records.task import TaskCommitRecord
+from ..status import JobStatus
+from ..tasks.attempts import TaskAttempts
+from .stage import Plan, Stage
+
+
+class RecoverTasks(Stage[Sequence[int], dict[int, TaskCommitRecord]]):
+    """Every expected task's record in the current application attempt, recovering earlier attempts' (I5), and
+    each task commit's effect finished; :class:`JobIncomplete` naming the tasks nobody committed (I3)."""
+
+    name = "recovery"
+    fault = "commit_job.after_recovery"
+
+    def apply(self, tasks: Sequence[int]) -> dict[int, TaskCommitRecord]:
+        scope, job = self.scope, self.run.job
+        apps = scope.app_attempts(job)
+        app = scope.current_app_attempt(job)
+        # one listing says which tasks have a record in the current application attempt (records are never
+        # rewritten, only added): those are read straight; only the others look into earlier attempts
+        present = set(scope.store.list_dir(scope.layout.commits_dir(app)))
+        attempts = TaskAttempts(scope)
+        recs: dict[int, TaskCommitRecord] = {}
+        missing: list[int] = []
+
+        def recover(task: int) -> None:
+            rec = None
+            if f"{task_name(task)}.json" in present:
+                rec = scope.task_record(app, task, job.job_uuid)
+            if rec is None:
+                rec = attempts.recover(job, app, task, apps)
+            if rec is None:
+                missing.append(task)
+            else:
+                recs[task] = rec
+
+        parallel(recover, list(tasks), scope.commit_threads)
+        if missing:
+            missing.sort()
+            shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
+            raise JobIncomplete(f"job {scope.job_id} cannot commit: {len(missing)} of {len(tasks)} expected task(s) "
+                                f"have no committed attempt: {shown}", missing)
+        owner: dict[str, int] = {}
+        for task in tasks:
+            for f in recs[task].files:
+                if f.path in owner:
+                    raise InvalidOutputSpec(f"tasks {owner[f.path]} and {task} both wrote {f.path}; file "
+                                            "names must be unique across tasks (include the task number)")
+                owner[f.path] = task
+        scope.publisher.complete_task_commits(list(recs.values()))
+        return {t: recs[t] for t in tasks}
+
+    def counts(self, out: dict[int, TaskCommitRecord]) -> dict[str, int]:
+        return {"tasks": len(out), "files": sum(len(r.files) for r in out.values())}
+
+
+class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
+    """Decide, before anything visible changes, what the commit does, and record it exclusively: the tasks, the
+    old files to delete, the markers to withdraw, the attempt history. The plan names tasks (their records in an
+    application attempt are never rewritten), so it stays small whatever the number of files. A concurrent job
+    commit that fixed its plan first wins; this one then follows that plan. In mode ``error`` the job claims the
+    target just before (:mod:`.targetclaim`): the claim decides between jobs in mode ``error`` that found it empty
+    at the same moment; the emptiness check refuses what other modes wrote there. A job that replaces
+    named files (a compaction) refuses here, changing nothing, when one of them is gone or changed since its setup."""
+
+    name = "plan"
+
+    def apply(self, recs: dict[int, TaskCommitRecord]) -> Plan:
+        scope, job = self.scope, self.run.job
+        check_tree(scope, recs.values())
+        dsts = {f.path for rec in recs.values() for f in rec.files}
+        replaced = job.replaced_files
+        replace_files = set(job.replace_files)  # e.g. the small files a compaction merged
+        visible = scope.visible_files()
+        strays = scope.publisher.strays(visible, dsts, job.job_uuid)
+        mode = scope.mode
+        if mode.claims_target:
+            scope.check_empty(replaced | dsts | strays, visible)
+        deletions = mode.replaced(visible, dsts)
+        if mode.refuses_clobber and not scope.publisher.publishes_at_task_commit:
+            clobbered = sorted(p for p in dsts if p in visible and p not in replaced)
+            if clobbered:
+                raise InvalidOutputSpec(f"{mode.name} would replace existing file(s) {clobbered[:5]} in "
+                                        f"{scope.store.url()}; nothing was changed")
+        if job.replace_inputs:
+            check_unchanged(scope.store, job)  # a compaction's inputs: still the files its merges read (:mod:`.inputs`)
+        deletions |= ((replaced | replace_files) & visible) | strays
+        deletions -= dsts
+        withdraw = marker_dirs_above(dsts | deletions)
+        if mode.withdraws_all_markers:
+            withdraw |= set(scope.store.marker_dirs(SUCCESS))
+        winners = {(r.committed_in_app, r.task): r.attempt for r in recs.values()}
+        history = {str(t): h for t, h in JobStatus(scope).attempt_history(job, winners).items()
+                   if h["failed_attempts"] or h["denied_attempts"] or h["unfinished_attempts"]}
+        plan = CommitPlan(scope.job_id, job.job_uuid, scope.current_app_attempt(job), self.run.started, tuple(sorted(recs)),
+                          tuple(sorted(deletions)), tuple(sorted(withdraw)), history)
+        if scope.target_claim:
+            scope.target_claim.take(job)   # the decision between jobs that checked the empty target at once
+        if not scope.store.create_exclusive(scope.layout.plan(job.job_uuid), plan.to_json()):
+            stored = scope.commit_plan(job)
+            if stored is None:
+                raise CorruptRecord(f"job {scope.job_id}: the commit plan "
+                                    f"{scope.store.url(scope.layout.plan(job.job_uuid))} exists but cannot be read")
+            return Plan(stored, planned_records(scope, stored))
+        return Plan(plan, list(recs.values()))
+
+    def counts(self, out: Plan) -> dict[str, int]:
+        return {"deletions": len(out.fixed.deletions), "markers": len(out.fixed.withdraw)}
+
+
+class WithdrawMarkers(Stage[Plan, Plan]):
+    """I9: every marker above a file this commit adds or deletes goes before the first such change. The plan
+    names them, so a resumed commit withdraws them again (idempotent) before it continues."""
+
+    name = "withdraw"
+    fault = "commit_job.after_withdraw"
+
+    def apply(self, plan: Plan) -> Plan:
+        withdraw_markers(self.scope.store, plan.fixed.withdraw)
+        return plan
+
+
+class Publish(Stage[Plan, int]):
+    """Make every planned task's files visible at their final names, through the algorithm's publisher
+    (:mod:`.publish`); then the publisher's clean-up (magic: abort the job's other uploads). Returns the number
+    of directories renamed whole. A compaction (``replace_first``) deletes its inputs first."""
+
+    name = "moves"
+    fault = "commit_job.after_moves"
+
+    def apply(self, plan: Plan) -> int:
+        if self.run.job.replace_first:
+            self.scope.store.delete_and_prune(plan.fixed.deletions, self.scope.commit_threads, mid_delete)
+        with self.scope.store.batch():  # each directory the moves changed fsynced once, before the deletions
+            renamed = self.scope.publisher.publish(plan.recs)
+        self.scope.publisher.after_publish(self.run.job.job_uuid, plan.recs)
+        return renamed
+
+    def counts(self, out: int) -> dict[str, int]:
+        return {"directories_renamed": out}
+
+
+class DeleteOld(Stage[Plan, int]):
+    """Delete the plan's old files (after the new ones are in place: I8), then the directories that emptied."""
+
+    name = "deletes"
+    fault = "commit_job.after_deletes"
+
+    def apply(self, plan: Plan) -> int:
+        if not self.run.job.replace_first:
+            self.scope.store.delete_and_prune(plan.fixed.deletions, self.scope.commit_threads, mid_delete)
+        return len(plan.fixed.deletions)
+
+    def counts(self, out: int) -> dict[str, int]:
+        return {"files": out}
+
+
+@dataclass
+class Committed:
+    """The manifest of the committed job, and its file list as JSON (encoded once, for the commit log and for
+    ``_SUCCESS``: at 10,000 files the encoding costs as much as a tenth of the renames)."""
+
+    manifest: SuccessManifest
+    files_json: bytes
+
+
+class SaveCommitLog(Stage[tuple[Plan, int], Committed]):
+    """Build the manifest and write the commit log ``_commits/<job>.json``, the record of the committed job that
+    outlives ``_temporary`` (the next generation's commit replaces these files; the UI reads its history)."""
+
+    name = "commit_log"
+    fault = "commit_job.after_commit_log"
+
+    def apply(self, arg: tuple[Plan, int]) -> Committed:
+        plan, renamed = arg
+        scope, job = self.scope, self.run.job
+        manifest = build_manifest(scope, job, plan, self.run.resumed, renamed)
+        previous = self.run.previous_log
+        doc = manifest.to_doc()
+        log = CommitLog(doc) if previous is None else previous.followed_by(doc)
+        files_json = records.encode(manifest.files)
+        scope.store.write_bytes(scope.layout.commit_log, log.to_json(files_json))
+        return Committed(manifest, files_json)
+
+    def counts(self, out: Committed) -> dict[str, int]:
+        return {"files": out.manifest.totals["files"], "bytes": out.manifest.totals["bytes"]}
+
+
+class WriteMarkers(Stage[Committed, dict[str, Any]]):
+    """The markers, ``_SUCCESS`` of the root last (I4): they list the job's files and what they retain."""
+
+    name = "markers"
+    fault = "commit_job.after_success"
+
+    def apply(self, committed: Committed) -> dict[str, Any]:
+        costs = self.run.clock.summary()
+        manifest = committed.manifest.with_costs(costs["durations"], requests=costs["requests"],
+                                                 bytes_copied=costs["bytes_copied"])
+        retained = write_markers(self.scope.store, manifest, per_partition=self.scope.mode.partition_markers,
+                                 files_json=committed.files_json)
+        return manifest.with_costs(manifest.durations, retained_files=retained).to_doc()
+
+
+class Cleanup(Stage[dict[str, Any], dict[str, Any]]):
+    """Take ``_temporary/<job>`` away. Only under hidden names, after ``_SUCCESS``: readers never look there, and
+    a crash from here on is finished from the commit log (without the job record, and with the commit log, the
+    generation counts as committed).
+
+    Where a directory renames in one step (a local disk), the whole job directory, job record included, is
+    renamed into ``_temporary/_trash`` and deleted from there: at once, unless the caller defers it
+    (:meth:`~.committer.FileOutputCommitter.remove_trash`, which the stage's teardown, the next setup and the
+    next abort also call). Deleting is the slow part (three records per task: at 10,000 one-file tasks it took
+    several times the whole commit), and nothing waits for it. Object stores have no directory rename: there
+    the job record goes first, then the rest, in batched deletes."""
+
+    name = "cleanup_after_success"
+    fault = "commit_job.after_cleanup"
+
+    def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        scope = self.scope
+        if not scope.store.move_dir_if_absent(scope.layout.job_dir, scope.layout.trash_entry(uuid.uuid4().hex)):
+            scope.store.delete_file(scope.layout.job_record)
+            scope.store.delete_tree(scope.layout.job_dir)
+        if not self.run.defer_cleanup:
+            scope.remove_trash()
+        scope.store.remove_dir_if_empty(TEMPORARY)
+        return manifest
+
+
+def build_manifest(scope: Job, job: JobRecord, plan: Plan, resumed: bool, renamed: int) -> SuccessManifest:
+    """The ``_SUCCESS`` document of a job commit, from its plan and records (durations are added last)."""
+    recs = plan.recs
+    files = sorted(({"path": f.path, "size": f.size, "rows": f.rows, "task": rec.task}
+                    for rec in recs for f in rec.files), key=lambda f: f["path"])
+    rows = [f["rows"] for f in files]
+    warnings = []
+    if scope.publisher.publishes_at_task_commit:
+        warnings.append(f"algorithm {scope.publisher.label}: each task's files became visible at its task commit, "
+                        "before job commit; readers during the job could see partial output")
+    partitions = sorted({partition_of(f["path"]) for f in files} - {""})
+    history = plan.fixed.attempt_history
+    empty = {"failed_attempts": [], "denied_attempts": [], "unfinished_attempts": []}
+    return SuccessManifest(
+        committer=scope.publisher.committer_name, algorithm=scope.publisher.algorithm, mode=scope.mode.name,
+        partition_by=list(scope.config.partition_by), job_id=scope.job_id, job_uuid=job.job_uuid,
+        generation=job.generation, app_attempt=plan.fixed.app_attempt, labels=dict(job.labels),
+        started=plan.fixed.started, finished=records.now_iso(), output=scope.store.url(),
+        files=files,
+        totals={"files": len(files), "bytes": sum(f["size"] for f in files),
+                "rows": sum(r for r in rows if r is not None) if None not in rows else None,
+                "tasks": len(recs), "partitions": len(partitions)},
+        partitions=partitions,
+        tasks=[{"task": r.task, "attempt": r.attempt, "app_attempt": r.app_attempt,
+                "recovered_from_app": r.recovered_from_app, "committed_attempt": f"{r.committed_in_app}.{r.attempt}",
+                "files": len(r.files),
+                **{**empty, **history.get(str(r.task), {})}} for r in recs],
+        deleted={"files": len(plan.fixed.deletions)},
+        replaced_generation=job.replaces.job_uuid if job.replaces else None,
+        diagnostics={"resumed": resumed, "commit_threads": scope.commit_threads, "store": scope.store.protocol,
+                     "visibility": scope.publisher.visibility, "warnings": warnings, "pid": os.getpid(),
+                     "directories_renamed": renamed})
+
+
+def check_tree(scope: Job, recs: Iterable[TaskCommitRecord]) -> None:
+    """Before the first visible change of a job commit: no link and no other volume where the commit creates,
+    moves or deletes (the destination partitions, the job's directory, anything readers see)."""
+    dirs = {partition_of(f.path) for rec in recs for f in rec.files} | {scope.layout.job_dir}
+    scope.store.check_tree(dirs - {""}, visible=True)
+
+
+def planned_records(scope: Job, plan: CommitPlan) -> list[TaskCommitRecord]:
+    """The task records a plan fixed (records in an application attempt are never rewritten)."""
+    recs = []
+    for task in plan.tasks:
+        rec = scope.task_record(plan.app_attempt, task, plan.job_uuid)
+        if rec is None:
+            raise CorruptRecord(f"job {scope.job_id}: the commit plan names task {task}, whose record "
+                                f"{scope.store.url(scope.layout.task_record(plan.app_attempt, task))} is gone")
+        recs.append(rec)
+    return recs

@@ -1,0 +1,100 @@
+"""Job setup (Hadoop's ``setupJob``): the job record once per generation, the next application attempt, the target
+checked before anything else; :class:`JobContext` is what it established."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from . import records
+from .errors import CommitProtocolError, InvalidOutputSpec
+from .faults import inject
+from .job import Job
+from .layout import COMMITS
+from .paths import check_relative
+from .records.inputs import record_inputs
+from .records.job import JobRecord, Replaces
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What :func:`setup_job` established: the generation and the application attempt."""
+
+    job_id: str
+    job_uuid: str
+    generation: int
+    app_attempt: int
+    first_app_attempt: int
+    #: ``"running"``, or ``"committing"`` when a job commit had already started (setup then changes nothing)
+    state: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def setup_job(scope: Job, *, replace_files: Iterable[str] = (), replace_first: bool = False) -> JobContext:
+    """See :meth:`~.committer.FileOutputCommitter.setup_job`."""
+    check_target(scope)
+    if scope.target_claim:
+        scope.target_claim.refuse_other()   # fail fast: another job owns the target
+    scope.remove_trash()
+    inject("setup_job.before_record")
+    job = scope.job_record()
+    if job is None:
+        job = create_job_record(scope, [check_relative(f) for f in replace_files], replace_first)
+    scope.check_config(job)
+    plan = scope.commit_plan(job)
+    if plan is not None:
+        return context(scope, job, plan.app_attempt, "committing")
+    apps = scope.app_attempts(job)
+    app = apps[0] + 1 if apps else job.first_app_attempt
+    while not scope.store.create_exclusive(
+            scope.layout.app_marker(app),
+            records.dumps("app-attempt", {"app_attempt": app, "job_uuid": job.job_uuid,
+                                          "started": records.now_iso(), "labels": scope.config.labels})):
+        app += 1
+    inject("setup_job.after_app_attempt")
+    return context(scope, job, app, "running")
+
+
+def context(scope: Job, job: JobRecord, app: int, state: str) -> JobContext:
+    return JobContext(job_id=scope.job_id, job_uuid=job.job_uuid, generation=job.generation,
+                      app_attempt=app, first_app_attempt=job.first_app_attempt, state=state)
+
+
+def check_target(scope: Job) -> None:
+    """The output root is a directory (or absent), and ``_temporary`` and ``_commits`` below it are no link and on
+    the same volume: found here, not at a rename half way through the commit."""
+    if scope.store.exists("") and not scope.store.isdir(""):
+        raise InvalidOutputSpec(f"output root {scope.store.url()} is a file, not a directory")
+    scope.store.check_tree([scope.layout.job_dir, COMMITS])
+
+
+def create_job_record(scope: Job, replace_files: list[str], replace_first: bool) -> JobRecord:
+    """The first generation's record, or the next one's after a committed generation (which it replaces)."""
+    log = scope.commit_log()
+    replaces = None
+    generation, first_app = 0, 0
+    if log is not None:
+        generation, first_app = log.generation + 1, log.app_attempt + 1
+        replaces = Replaces(log.job_uuid, log.generation, tuple(f["path"] for f in log.files))
+    # Never reuse an application attempt directory a zombie of a purged generation may have re-created.
+    first_app = max([first_app] + [int(n) + 1 for n in scope.store.list_dir(scope.layout.job_dir) if n.isdigit()])
+    if scope.mode.claims_target:
+        scope.check_empty(set(replaces.files) if replaces else set())
+    inputs = record_inputs(scope.store, replace_files, scope.job_id) if replace_files else ()
+    scope.store.ensure_root()
+    identity = scope.identity()
+    record = JobRecord(identity["committer"], identity["algorithm"], scope.mode.name, scope.config.partition_by,
+                       scope.job_id, str(uuid.uuid4()), generation, first_app, records.now_iso(),
+                       scope.config.labels, replaces, tuple(replace_files), replace_first, inputs)
+    scope.store.create_exclusive(scope.layout.job_record, record.to_json())
+    job = scope.job_record()
+    if job is None:  # pragma: no cover - created just above, or by a concurrent setup
+        raise CommitProtocolError(f"job record {scope.store.url(scope.layout.job_record)} vanished")
+    return job
+
+
+__all__ = ["JobContext", "setup_job"]

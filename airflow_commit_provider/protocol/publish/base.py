@@ -1,0 +1,183 @@
+"""What every publisher shares: the base class (the file-based algorithms' defaults) and the idempotent moves a
+task commit's effect and a job commit are made of."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from ..errors import CorruptRecord, InvalidOutputSpec
+from ..faults import inject
+from ..layout import JobLayout
+from ..records.success import marker_dirs_above, withdraw_markers
+from ..parallel import parallel
+from ..paths import is_hidden, partition_of
+from ..stores import Store
+from ..records.task import FileEntry, TaskCommitRecord
+
+
+class Publisher:
+    """The algorithm-specific half of a committer; the default methods are those of file-based algorithms."""
+
+    committer_name = "FileOutputCommitter"
+    #: what the job record stores as the algorithm (1, 2 or "magic") and how it is shown ("v1", "v2", "magic")
+    algorithm: int | str = 1
+    label = "v1"
+    #: when the files become visible: at "job-commit", or at each "task-commit" (v2)
+    visibility = "job-commit"
+    #: whether the failed run's teardown can keep committed tasks hidden for recovery
+    keeps_committed = True
+    #: whether a task commit's effect continues after its record (:meth:`complete_task_commit` does something)
+    moves_after_record = False
+
+    @property
+    def publishes_at_task_commit(self) -> bool:
+        """Whether each task commit makes its files visible (v2), so job commit only checks them."""
+        return self.visibility == "task-commit"
+
+    def __init__(self, store: Store, layout: JobLayout, job_id: str, threads: int) -> None:
+        self.store = store
+        self.layout = layout
+        self.job_id = job_id
+        self.threads = threads
+
+    # ------------------------------------------------------------------ task side
+    def open_task_file(self, work_dir: str, rel: str) -> Any:
+        """A writable binary file for *rel* (relative to the output root) in an attempt's work directory."""
+        return self.store.open_write(f"{work_dir}/{rel}")
+
+    def attempt_files(self, work_dir: str, task: int, rows: Mapping[str, int | None]) -> list[FileEntry]:
+        """The files an attempt holds, as record entries (path, size, rows, task)."""
+        files = []
+        for rel, size in sorted(self.store.list_files(work_dir)):
+            if is_hidden(rel):
+                continue
+            n = rows.get(rel)
+            if n is None and rel.endswith(".parquet"):
+                n = self._parquet_rows(f"{work_dir}/{rel}")
+            files.append(FileEntry(rel, size, n, task))
+        return files
+
+    def _parquet_rows(self, rel: str) -> int | None:
+        import pyarrow.parquet as pq
+
+        try:
+            return int(pq.read_metadata(io.BytesIO(self.store.read_bytes(rel))).num_rows)
+        except Exception:  # not a Parquet file after all: rows unknown
+            return None
+
+    def discard(self, work_dir: str) -> None:
+        """Remove everything an attempt wrote (it was denied, failed or is stale)."""
+        self.store.delete_tree(work_dir)
+
+    def data_dir(self, app: int, work_dir: str) -> str:
+        """Where a committed attempt's files lie until job commit (the record says it): ``""`` is the output."""
+        return work_dir
+
+    def pending_uploads(self, work_dir: str) -> set[str]:
+        """Upload ids an attempt holds open outside its directory (only the magic committer has any)."""
+        return set()
+
+    def clobbered(self, paths: Sequence[str]) -> list[str]:
+        """Those of an attempt's files whose task commit would replace a visible file (only v2 publishes there)."""
+        return []
+
+    def complete_task_commit(self, rec: TaskCommitRecord) -> None:
+        """Finish the effect of a task commit record (idempotent; safe for several processes at once)."""
+
+    def complete_task_commits(self, recs: Sequence[TaskCommitRecord]) -> None:
+        """:meth:`complete_task_commit` for every record whose attempt directory is still there, found with one
+        listing per directory of attempts instead of one per record (on S3 a LIST request each). A task commit
+        removes its attempt directory last, after its record and its moves: a directory missing from a listing
+        made after the record was read is one whose commit finished."""
+        if not self.moves_after_record:
+            return
+        by_parent: dict[str, list[TaskCommitRecord]] = {}
+        for rec in recs:
+            if not rec.adopted and rec.work_dir:
+                by_parent.setdefault(partition_of(rec.work_dir), []).append(rec)
+        pending = []
+        for parent, group in by_parent.items():
+            names = set(self.store.list_dir(parent))
+            pending += [rec for rec in group if rec.work_dir.rsplit("/", 1)[-1] in names]
+        parallel(self.complete_task_commit, pending, self.threads)
+
+    # ------------------------------------------------------------------ job side
+    def publish(self, recs: Sequence[TaskCommitRecord]) -> int:
+        """Make every committed task's files visible at their final names (idempotent). Returns the number of
+        directories renamed whole."""
+        moves = [(f"{rec.data_dir}/{f.path}", f.path, f.size) for rec in recs for f in rec.files]
+        self._publish_files(moves)
+        return 0
+
+    def _publish_files(self, moves: list[tuple[str, str, int]]) -> None:
+        for d in sorted({partition_of(dst) for _, dst, _ in moves} - {""}):
+            self.store.makedirs(d)
+        try:
+            self.store.publish_files(moves, self.threads, lambda: inject("commit_job.mid_move"))
+        except FileNotFoundError as exc:
+            raise CorruptRecord(f"job {self.job_id}: {exc} is gone and its destination was never written; the "
+                                "data was deleted outside the protocol") from None
+
+    def after_publish(self, job_uuid: str, recs: Sequence[TaskCommitRecord]) -> None:
+        """After the data is visible (the magic committer aborts the job's other uploads here)."""
+
+    def strays(self, visible: set[str], planned: set[str], job_uuid: str) -> set[str]:
+        """Visible files of this generation that no planned record lists (only v2 can leave such files)."""
+        return set()
+
+    def withdraw_commit(self, rec: TaskCommitRecord, keep: Collection[str] = ()) -> list[str]:
+        """Undo a committed task's visible effect (only v2 has one), but for the files at names in *keep* (a newer
+        commit's); returns the visible files removed."""
+        return []
+
+    def abort_external(self, job_uuid: str, keep_uploads: set[str]) -> int:
+        """Abort state outside the job directory (the magic committer's pending uploads); returns how many."""
+        return 0
+
+
+
+def move_once(store: Store, job_id: str, src: str, dst: str, size: int | None = None, replace: bool = True) -> bool:
+    """Move *src* to *dst* unless that already happened (earlier run, or a concurrent completer).
+
+    ``True`` when this call moved the file. A file in neither place was deleted outside the protocol. Without
+    *replace*, a *dst* holding another file (another task's file of the same name) is refused, and *src* is only
+    linked to *dst*: the caller removes it once every new name is durable.
+    """
+    try:
+        if replace:
+            store.move_file(src, dst, size)
+        else:
+            store.link_no_replace(src, dst)
+        return True
+    except FileExistsError:
+        raise InvalidOutputSpec(f"job {job_id}: {store.url(dst)} already holds another task's file of that name; "
+                                "file names must be unique across tasks (include the task number). "
+                                f"{store.url(src)} stays where it is") from None
+    except FileNotFoundError:
+        if store.exists(dst):
+            return False
+        raise CorruptRecord(f"job {job_id}: {store.url(src)} is gone and {store.url(dst)} was never written; the "
+                            "data was deleted outside the protocol") from None
+
+
+
+def complete_moves(store: Store, job_id: str, rec: TaskCommitRecord, dst_dir: str, replace: bool) -> None:
+    """Move what is still in a record's attempt directory to *dst_dir* (``""``: the output), then remove the
+    directory. One listing, not one request per file: on S3 a finished task commit then costs a single LIST to
+    check again. Files that become visible (``dst_dir == ""``) first withdraw the markers above them (I9)."""
+    src = rec.work_dir
+    remaining = {rel for rel, _ in store.list_files(src)}
+    moves = [f for f in rec.files if f.path in remaining]
+    if moves and not dst_dir:
+        withdraw_markers(store, marker_dirs_above(f.path for f in moves))  # durable before the first move
+    with store.batch():  # the new names durable together, before the attempt directory goes
+        for f in moves:
+            if move_once(store, job_id, f"{src}/{f.path}", f"{dst_dir}/{f.path}" if dst_dir else f.path,
+                         f.size, replace=replace):
+                inject("commit_task.mid_move")
+    if remaining:
+        store.delete_tree(src)
+
+
