@@ -47,6 +47,14 @@ class BufferReader(io.RawIOBase):
         self._pos = max(0, min(len(self._view), base + offset))
         return self._pos
 
+    def read(self, size: int | None = -1) -> bytes:
+        """The next *size* bytes as one copy (``RawIOBase.read`` would fill a new buffer, then copy that):
+        botocore's checksum reads the body 1 MiB at a time."""
+        end = len(self._view) if size is None or size < 0 else min(len(self._view), self._pos + size)
+        chunk = self._view[self._pos:end].tobytes()
+        self._pos = end
+        return chunk
+
     def readinto(self, buffer: Any) -> int:
         n = min(len(buffer), len(self._view) - self._pos)
         buffer[:n] = self._view[self._pos:self._pos + n]
