@@ -223,7 +223,24 @@ class FileOutputCommitter(OutputCommitter):
         """
         check_number(task, "task")
         job = self.job.require_job()
-        rec = self.attempts.recover(job, self.job.current_app_attempt(job), task)
+        return self._recover(job, self.job.current_app_attempts(job), task)
+
+    def recover_or_setup_task(self, task: int,
+                              attempt: int) -> tuple[dict[str, Any] | None, TaskAttemptContext | None]:
+        """:meth:`recover_task`, then, when the task is not committed, :meth:`setup_task` of *attempt*: ``(record,
+        None)`` or ``(None, context)``. What a write task does first, with the job record and the application
+        attempts read once for both steps (on S3 each read is a request)."""
+        check_number(task, "task")
+        check_number(attempt, "attempt")
+        job = self.job.require_job()
+        apps = self.job.current_app_attempts(job)
+        rec = self._recover(job, apps, task)
+        if rec is not None:
+            return rec, None
+        return None, self.attempts.setup(task, attempt, job, apps[0])
+
+    def _recover(self, job: JobRecord, apps: list[int], task: int) -> dict[str, Any] | None:
+        rec = self.attempts.recover(job, apps[0], task, apps)
         return None if rec is None else rec.to_doc()
 
     # ------------------------------------------------------------------ job commit

@@ -12,6 +12,8 @@ for a job and act on it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from .config import CommitConfig
 from .errors import InvalidOutputSpec, JobAlreadyCommitted, JobConfigMismatch, JobNotSetUp
 from .layout import TEMPORARY, TRASH, JobLayout, check_job_id
@@ -102,18 +104,31 @@ class Job:
         self.check_config(record)
         return record
 
-    def app_attempts(self, record: JobRecord) -> list[int]:
-        """The generation's application attempts, newest first."""
-        apps = sorted((int(n) for n in self.store.list_dir(self.layout.job_dir)
-                       if n.isdigit() and int(n) >= record.first_app_attempt), reverse=True)
+    def app_attempts(self, record: JobRecord, names: Iterable[str] | None = None) -> list[int]:
+        """The generation's application attempts, newest first (*names*: the job directory's, when the caller
+        has just listed it)."""
+        names = self.store.list_dir(self.layout.job_dir) if names is None else names
+        apps = sorted((int(n) for n in names if n.isdigit() and int(n) >= record.first_app_attempt), reverse=True)
         return [n for n in apps if self.store.exists(self.layout.app_marker(n))]
+
+    def current_app_attempts(self, record: JobRecord, names: Iterable[str] | None = None) -> list[int]:
+        """:meth:`app_attempts`, refusing a generation with none (:class:`JobNotSetUp`)."""
+        apps = self.app_attempts(record, names)
+        if not apps:
+            raise JobNotSetUp(f"job {self.job_id} has no application attempt; run setup_job() first")
+        return apps
 
     def current_app_attempt(self, record: JobRecord | None = None) -> int:
         """The newest application attempt of the current generation."""
-        apps = self.app_attempts(record or self.require_job())
-        if not apps:
-            raise JobNotSetUp(f"job {self.job_id} has no application attempt; run setup_job() first")
-        return apps[0]
+        return self.current_app_attempts(record or self.require_job())[0]
+
+    def plan_and_app_attempt(self, record: JobRecord) -> tuple[CommitPlan | None, int]:
+        """The plan of the generation's commit (``None`` before one is fixed) and its current application
+        attempt, from one listing of the job's directory, which holds both: the plan is read only when its name
+        is there (on S3 a missing record still costs a request)."""
+        names = self.store.list_dir(self.layout.job_dir)
+        plan = self.commit_plan(record) if self.layout.plan(record.job_uuid).rsplit("/", 1)[-1] in names else None
+        return plan, self.current_app_attempts(record, names)[0]
 
     def registered_tasks(self, record: JobRecord) -> set[int]:
         """Every task that set up an attempt or has a record in the generation (``commit_job()`` without tasks)."""

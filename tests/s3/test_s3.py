@@ -95,7 +95,7 @@ def test_magic_large_files_are_multipart_and_bounded(bucket):
         with w.open_file("blob.bin") as fh:
             for i in range(0, len(blob), 2**20):  # 1 MiB writes: the buffer never holds more than a part
                 fh.write(blob[i:i + 2**20])
-                assert len(fh._buf) < 5 * 2**20
+                assert fh._fill < 5 * 2**20 and len(fh._buf) == 5 * 2**20
 
     outcome = run_task_attempt(c, 0, 1, write)
     assert len(outcome.record["files"][0]["parts"]) == 3

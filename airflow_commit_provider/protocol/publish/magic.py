@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import CorruptRecord, InvalidOutputSpec, StorageCapabilityError
@@ -39,36 +39,43 @@ PENDING_SUFFIX = ".pending"
 class MultipartFile(io.RawIOBase):
     """A write-only file that becomes one multipart upload, left pending at ``close()``.
 
-    Memory is bounded by *part_size*: a part is uploaded as soon as the buffer holds one.
+    Memory is one part: bytes are copied once, into a buffer of *part_size* allocated up front, and that buffer
+    is uploaded as it is and then reused (no slice, no ``bytes`` copy, no shifting of a remainder). The
+    description of the upload (``.pending``) is written once, at ``close()``, and handed to *on_close*, so the
+    task commit in this process need not read it back. An attempt that dies with a file open leaves an upload
+    no ``.pending`` names: job commit aborts every pending upload of the job that no record lists, and so does
+    the job's abort (both find them by the job uuid in their keys).
     """
 
-    def __init__(self, store: S3Store, rel: str, pending_rel: str, part_size: int) -> None:
+    def __init__(self, store: S3Store, rel: str, pending_rel: str, part_size: int,
+                 on_close: Callable[[str, dict[str, Any]], None] | None = None) -> None:
         super().__init__()
         self.store, self.rel, self.pending_rel, self.part_size = store, rel, pending_rel, part_size
         self.upload_id = store.start_upload(rel)
         self.parts: list[list[Any]] = []
         self.size = 0
-        self._buf = bytearray()
-        self._save("open")  # an abort can find the upload even if this attempt dies before closing it
-
-    def _save(self, state: str) -> None:
-        self.store.write_bytes(self.pending_rel, json.dumps(
-            {"path": self.rel, "upload_id": self.upload_id, "parts": self.parts, "size": self.size,
-             "state": state}).encode())
+        self._buf = bytearray(part_size)
+        self._fill = 0
+        self._on_close = on_close
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
-        self._buf += view
-        self.size += len(view)
-        while len(self._buf) >= self.part_size:
-            self._upload(bytes(self._buf[: self.part_size]))
-            del self._buf[: self.part_size]
-        return len(view)
+        n, pos = len(view), 0
+        while pos < n:
+            take = min(self.part_size - self._fill, n - pos)
+            self._buf[self._fill:self._fill + take] = view[pos:pos + take]
+            self._fill += take
+            pos += take
+            if self._fill == self.part_size:
+                self._upload(self._buf)
+                self._fill = 0
+        self.size += n
+        return n
 
-    def _upload(self, chunk: bytes) -> None:
+    def _upload(self, chunk: bytearray | memoryview) -> None:
         number = len(self.parts) + 1
         self.parts.append([number, self.store.upload_part(self.rel, self.upload_id, number, chunk)])
 
@@ -78,10 +85,16 @@ class MultipartFile(io.RawIOBase):
     def close(self) -> None:
         if self.closed:
             return
-        if self._buf or not self.parts:
-            self._upload(bytes(self._buf))
-            self._buf.clear()
-        self._save("closed")
+        if self._fill or not self.parts:
+            with memoryview(self._buf) as view:   # the last part: a view of the filled bytes, not a copy
+                self._upload(view[:self._fill])
+        self._buf = bytearray()
+        doc = {"path": self.rel, "upload_id": self.upload_id, "parts": self.parts, "size": self.size,
+               "state": "closed"}
+        data = json.dumps(doc).encode()
+        self.store.write_bytes(self.pending_rel, data)
+        if self._on_close is not None:
+            self._on_close(self.pending_rel, {**doc, "_bytes": len(data)})
         super().close()
 
 
@@ -107,18 +120,29 @@ class MultipartPublisher(Publisher):
         super().__init__(store, layout, job_id, threads)
         self.s3: S3Store = store
         self.part_size = part_size
+        #: the ``.pending`` descriptions this process wrote (path -> (description, bytes written)): the task commit
+        #: lists the attempt's directory, and reads back only those it does not hold, or holds at another size
+        self._written: dict[str, tuple[dict[str, Any], int]] = {}
 
     # ---------------------------------------------------------------- task side
     def open_task_file(self, work_dir: str, rel: str) -> Any:
-        return MultipartFile(self.s3, rel, f"{work_dir}/{rel}{PENDING_SUFFIX}", self.part_size)
+        return MultipartFile(self.s3, rel, f"{work_dir}/{rel}{PENDING_SUFFIX}", self.part_size, self._wrote)
+
+    def _wrote(self, pending_rel: str, doc: dict[str, Any]) -> None:
+        size = doc.pop("_bytes")
+        self._written[pending_rel] = (doc, size)
 
     def _pending_of(self, work_dir: str, *, missing_ok: bool = False) -> list[dict[str, Any]]:
         """The attempt's pending-upload descriptions. *missing_ok* for a discard: another party discarding the
         same attempt at the same time (its own denied commit and a newer try's setup) may remove some first."""
         out = []
-        for rel, _size in self.store.list_files(work_dir):
+        for rel, size in self.store.list_files(work_dir):
             if rel.endswith(PENDING_SUFFIX):
                 where = f"{work_dir}/{rel}"
+                known = self._written.get(where)
+                if known is not None and known[1] == size:
+                    out.append(known[0])
+                    continue
                 try:
                     out.append(json.loads(self.store.read_bytes(where)))
                 except FileNotFoundError as exc:
@@ -133,7 +157,9 @@ class MultipartPublisher(Publisher):
     def attempt_files(self, work_dir: str, task: int, rows: Mapping[str, int | None]) -> list[FileEntry]:
         """The attempt's pending uploads as record entries: key, upload id, ordered part ETags, size, rows."""
         files = []
-        for p in sorted(self._pending_of(work_dir), key=lambda p: p["path"]):
+        # missing_ok: a description removed since the listing is one a party that recorded the attempt failed
+        # removed; the commit then finds the writer's file missing, and the claim says why
+        for p in sorted(self._pending_of(work_dir, missing_ok=True), key=lambda p: p["path"]):
             if p["state"] != "closed":
                 raise CorruptRecord(f"task attempt {work_dir.rsplit('/', 1)[-1]}: {p['path']} was never closed; "
                                     "commit after closing every file")
@@ -149,6 +175,9 @@ class MultipartPublisher(Publisher):
         for p in self._pending_of(work_dir, missing_ok=True):
             self.s3.abort_upload(p["path"], p["upload_id"])
         self.store.delete_tree(work_dir)
+        prefix = work_dir + "/"
+        for where in [w for w in self._written if w.startswith(prefix)]:
+            del self._written[where]
 
     # ---------------------------------------------------------------- job side
     def publish(self, recs: Sequence[TaskCommitRecord]) -> int:

@@ -8,7 +8,7 @@ record              where (JobLayout)                written
 ==================  ===============================  =========================================
 job record          ``job_record``                   once per generation (exclusive create)
 app-attempt marker  ``app_marker(app)``              once per application attempt (exclusive)
-attempt claim       ``attempt_claim(app, t, a)``     exclusive: ``committing`` or ``failed``
+attempt claim       ``attempt_claim(app, t, a)``     exclusive: ``failed``, or the task record
 task commit record  ``task_record(app, t)``          exclusive: **the commit decision**
 commit plan         ``plan(job_uuid)``               once, before the first move of job commit
 abort record        ``abort_record(app)``            by the failed run's teardown

@@ -23,6 +23,12 @@ class Store(ABC):
     #: ``True`` when :meth:`move_dir_if_absent` renames a directory in one step: a committed job's records then go
     #: to ``_temporary/_trash`` at once and are deleted later (see ``FileOutputCommitter.remove_trash``)
     renames_directories: bool = False
+    #: ``True`` when :meth:`list_dir_prefix` costs what the matching names cost (object stores ask for them),
+    #: ``False`` when it reads the whole directory (the local disk)
+    lists_by_prefix: bool = False
+    #: ``True`` when a directory exists on its own, empty or not (the local disk); ``False`` where a "directory" is
+    #: a prefix of the names under it (object stores)
+    has_directories: bool = False
     protocol: str = ""
 
     @abstractmethod
@@ -47,9 +53,16 @@ class Store(ABC):
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Create or replace a file so that readers see the old or the new content, never a mix."""
 
+    def touch(self, rel: str) -> None:
+        """Create an empty file if there is none (nothing to tear, so no temporary file is needed)."""
+        self.write_bytes(rel, b"")
+
     @abstractmethod
-    def create_exclusive(self, rel: str, data: bytes) -> bool:
-        """Create a file atomically if it does not exist. ``True`` if this call created it, ``False`` if it existed."""
+    def create_exclusive(self, rel: str, data: bytes, *, like: str | None = None) -> bool:
+        """Create a file atomically if it does not exist. ``True`` if this call created it, ``False`` if it existed.
+
+        *like*: a file that holds exactly *data* (the caller created it so and nobody rewrites it in place); a
+        store that can give a file a second name (the local disk's hard link) does so instead of writing again."""
 
     @abstractmethod
     def makedirs(self, rel: str) -> None: ...

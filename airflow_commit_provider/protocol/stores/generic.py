@@ -46,7 +46,7 @@ class FsspecStore(Store):
     def write_bytes(self, rel: str, data: bytes) -> None:
         self.fs.pipe_file(self._p(rel), data)
 
-    def create_exclusive(self, rel: str, data: bytes) -> bool:
+    def create_exclusive(self, rel: str, data: bytes, *, like: str | None = None) -> bool:
         if self.protocol == "memory":
             with _memory_lock:
                 if self.fs.exists(self._p(rel)):

@@ -36,6 +36,7 @@ class LocalStore(Store):
 
     link_moves = True
     renames_directories = True
+    has_directories = True
     default_commit_threads = 1
     protocol = "file"
 
@@ -111,8 +112,28 @@ class LocalStore(Store):
         os.replace(tmp, path)
         self._sync.changed(os.path.dirname(path))
 
-    def create_exclusive(self, rel: str, data: bytes) -> bool:
+    def touch(self, rel: str) -> None:
         path = self._p(rel)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
+        try:
+            fd = os.open(path, flags, 0o666)
+        except FileNotFoundError:
+            self._makedirs_abs(os.path.dirname(path))
+            fd = os.open(path, flags, 0o666)
+        os.close(fd)
+        self._sync.changed(os.path.dirname(path))
+
+    def create_exclusive(self, rel: str, data: bytes, *, like: str | None = None) -> bool:
+        path = self._p(rel)
+        if like is not None:
+            try:
+                os.link(self._p(like), path)   # its data is durable already: it was written as below
+                self._sync.changed(os.path.dirname(path))
+                return True
+            except FileExistsError:
+                return False
+            except FileNotFoundError:
+                pass   # the directory is missing (or *like* is): write the data
         if os.path.lexists(path):
             return False
         tmp = self._write_tmp(path, data)

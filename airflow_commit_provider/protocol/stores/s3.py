@@ -12,6 +12,7 @@ commits can report what they cost.
 
 from __future__ import annotations
 
+import io
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -24,10 +25,56 @@ from .generic import FsspecStore
 MIN_PART_SIZE = 5 * 2**20
 
 
+class BufferReader(io.RawIOBase):
+    """A seekable, read-only file over a bytes-like object, without copying it (see :meth:`S3Store.upload_part`)."""
+
+    def __init__(self, data: bytes | bytearray | memoryview) -> None:
+        super().__init__()
+        self._view = memoryview(data).cast("B")
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
+        self._pos = max(0, min(len(self._view), base + offset))
+        return self._pos
+
+    def read(self, size: int | None = -1) -> bytes:
+        """The next *size* bytes as one copy (``RawIOBase.read`` would fill a new buffer, then copy that):
+        botocore's checksum reads the body 1 MiB at a time."""
+        end = len(self._view) if size is None or size < 0 else min(len(self._view), self._pos + size)
+        chunk = self._view[self._pos:end].tobytes()
+        self._pos = end
+        return chunk
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), len(self._view) - self._pos)
+        buffer[:n] = self._view[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+    def __len__(self) -> int:
+        return len(self._view)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._view.release()
+        super().close()
+
+
 class S3Store(FsspecStore):
     """An output root on S3 (any s3fs file system: from an Airflow connection or built directly)."""
 
     default_commit_threads = 16
+    lists_by_prefix = True
 
     def __init__(self, fs: Any, root: str) -> None:
         super().__init__(fs, root)
@@ -75,8 +122,11 @@ class S3Store(FsspecStore):
         return bool(self.fs.isdir(self._p(rel)))
 
     def read_bytes(self, rel: str) -> bytes:
+        """One GetObject. s3fs's ``cat_file`` would first HEAD the key for its size (to read large objects in
+        parallel ranges), and on a missing key HEAD it and LIST its prefix: three requests where the protocol's
+        commonest read -- a record that is not there yet -- needs one."""
         self._hook()
-        return bytes(self.fs.cat_file(self._p(rel)))
+        return bytes(self.fs.cat_file(self._p(rel), max_concurrency=1))
 
     def read_tail(self, rel: str, size: int) -> bytes:
         self._hook()
@@ -111,7 +161,7 @@ class S3Store(FsspecStore):
             kwargs["ContinuationToken"] = resp["NextContinuationToken"]
 
     # ---------------------------------------------------------------- writes
-    def create_exclusive(self, rel: str, data: bytes) -> bool:
+    def create_exclusive(self, rel: str, data: bytes, *, like: str | None = None) -> bool:
         self._hook()
         try:
             self.fs.pipe_file(self._p(rel), data, mode="create")
@@ -206,9 +256,13 @@ class S3Store(FsspecStore):
     def start_upload(self, rel: str) -> str:
         return self._client_call("create_multipart_upload", Bucket=self.bucket, Key=self.key(rel))["UploadId"]
 
-    def upload_part(self, rel: str, upload_id: str, number: int, data: bytes) -> str:
-        return self._client_call("upload_part", Bucket=self.bucket, Key=self.key(rel), UploadId=upload_id,
-                                 PartNumber=number, Body=data)["ETag"]
+    def upload_part(self, rel: str, upload_id: str, number: int, data: bytes | bytearray | memoryview) -> str:
+        """UploadPart of *data*, which is not copied: botocore wraps ``bytes`` in a ``BytesIO`` that aiohttp
+        then copies whole, and copies a ``bytearray`` several times over (checksum, payload); a file object
+        over the caller's buffer is read in small chunks instead. The buffer is free again when this returns."""
+        with BufferReader(data) as body:   # closing it releases its view: the caller may then resize the buffer
+            return self._client_call("upload_part", Bucket=self.bucket, Key=self.key(rel), UploadId=upload_id,
+                                     PartNumber=number, Body=body)["ETag"]
 
     def complete_upload(self, rel: str, upload_id: str, parts: Sequence[Sequence[Any]]) -> None:
         self._client_call("complete_multipart_upload", Bucket=self.bucket, Key=self.key(rel), UploadId=upload_id,

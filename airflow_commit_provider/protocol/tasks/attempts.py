@@ -52,6 +52,15 @@ class TaskAttemptContext:
         return f"part-{self.task:05d}-{self.job_uuid}-"
 
 
+class _Refused(Exception):
+    """A commit this attempt may not make (see :meth:`TaskAttempts.new_record`); *error* is what its caller gets
+    once the attempt is recorded failed."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class TaskAttempts:
     """The task attempts of one job: their set-up, commit decision, abort and adoption."""
 
@@ -68,21 +77,25 @@ class TaskAttempts:
         """How the task side's log lines name an attempt."""
         return f"job {self.job.job_id} task {task} attempt {attempt}"
 
-    def setup(self, task: int, attempt: int) -> TaskAttemptContext:
-        """See :meth:`~.committer.FileOutputCommitter.setup_task` (timed and logged as ``setup_task``)."""
+    def setup(self, task: int, attempt: int, job: JobRecord | None = None,
+              app: int | None = None) -> TaskAttemptContext:
+        """See :meth:`~.committer.FileOutputCommitter.setup_task` (timed and logged as ``setup_task``). *job* and
+        *app*: the job record and the current application attempt when the caller has just read them (the task's
+        recovery check, one step before)."""
         with timed(self.store, self.owner(task, attempt), "setup_task"):
-            return self._setup(task, attempt)
+            return self._setup(task, attempt, job, app)
 
-    def _setup(self, task: int, attempt: int) -> TaskAttemptContext:
+    def _setup(self, task: int, attempt: int, job: JobRecord | None, app: int | None) -> TaskAttemptContext:
         check_number(task, "task")
         check_number(attempt, "attempt")
-        job = self.job.require_job()
-        app = self.job.current_app_attempt(job)
+        if job is None or app is None:
+            job = self.job.require_job()
+            app = self.job.current_app_attempt(job)
         ta = TaskAttemptContext(self.job.job_id, job.job_uuid, app, task, attempt,
                                 self.layout.attempt_dir(app, task, attempt))
         self.ledger.start(app, task, attempt)
-        for trace in self.ledger.traces(app, task):
-            if trace.attempt < attempt and trace.fate is None and self.fail_and_discard(app, task, trace.attempt):
+        for trace in self.ledger.earlier(app, task, attempt):
+            if trace.fate is None and self.fail_and_discard(app, task, trace.attempt):
                 # what a retry's log says about the try it replaces: killed or lost, and now unable to commit
                 log.warning("task %d: attempt %d (a try that was killed, lost or is still running as a zombie) is "
                             "now recorded failed and fenced: it can never commit, its files were removed",
@@ -149,35 +162,57 @@ class TaskAttempts:
         if ta.job_uuid != job.job_uuid:
             raise self.denied(ta, f"task attempt {ta.name} belongs to job generation {ta.job_uuid}, the job is "
                                   f"now {job.job_uuid}; its files were removed")
-        plan = self.job.commit_plan(job)
+        plan, current = self.job.plan_and_app_attempt(job)
         if plan is not None:
             rec = self.record(plan.app_attempt, ta.task, ta.job_uuid) if ta.task in plan.tasks else None
             if rec is not None and rec.attempt == ta.attempt and rec.app_attempt == ta.app_attempt:
                 return rec.to_doc()
             raise self.denied(ta, f"job {self.job.job_id} is already committing; task {ta.task} is committed by "
                                   f"{rec and rec.attempt}", winner=rec and rec.to_doc())
-        current = self.job.current_app_attempt(job)
         if ta.app_attempt != current:
             # A zombie of an older application attempt. Its commit could only land in that attempt's directory
             # (which job commit ignores) -- or, with v2, replace the current winner's visible files: refuse it.
             raise self.denied(ta, f"task attempt {ta.name} belongs to application attempt {ta.app_attempt}, the "
                                   f"job is now in application attempt {current}; its files were removed")
-        fate = self.ledger.claim(ta.app_attempt, ta.task, ta.attempt, COMMITTING)
+        rec_path = self.layout.task_record(ta.app_attempt, ta.task)
+        # What the commit would record, from the attempt's directory, before the claim: a party that removes the
+        # attempt's files records it failed first, so if the claim below is ours the files listed are still there.
+        try:
+            data: bytes | None = self.new_record(ta, rows, sizes).to_json()
+            refusal: _Refused | None = None
+        except _Refused as r:
+            data, refusal = None, r
+        # The claim to commit holds the record itself, so that the record can be the same file under its own name
+        # (one file written, not two); a refused attempt claims its failure instead.
+        fate, fresh = self.ledger.try_claim(ta.app_attempt, ta.task, ta.attempt,
+                                            FAILED if data is None else COMMITTING, data)
         inject("commit_task.after_claim")
         if fate == FAILED:
             # whoever recorded it failed removes its files (or has); removing them again is harmless
+            if fresh and refusal is not None:
+                self.discard(ta)
+                raise refusal.error
             raise self.denied(ta, f"task attempt {ta.name} was recorded as failed (by its own abort, a newer try "
                                   "of the task, or the failed run's teardown) and cannot commit; its files were "
                                   "removed", attempt_failed=True)
-        rec_path = self.layout.task_record(ta.app_attempt, ta.task)
-        existing = self.record(ta.app_attempt, ta.task, ta.job_uuid)
+        # An attempt that has just claimed its fate cannot have created the record yet (it does so only after
+        # the claim): a record there now is another attempt's (or an adoption's), and the exclusive creation
+        # below finds it. Only a repeated request (the claim was there) reads it first.
+        existing = None if fresh else self.record(ta.app_attempt, ta.task, ta.job_uuid)
         if existing is None:
-            data = self.new_record(ta, rows, sizes).to_json()
+            if data is None:
+                # an earlier request of this attempt claimed its commit, and the directory no longer holds what
+                # the writer reported: the attempt is recorded failed and cannot commit
+                assert refusal is not None
+                self.ledger.overrule(ta.app_attempt, ta.task, ta.attempt)
+                self.publisher.discard(ta.work_dir)
+                raise refusal.error
             mine = TaskCommitRecord.from_json(data, rec_path)  # as any reader will see it, checked before it exists
-            # the attempt's files reach the disk before the record that commits them (in the worker, in parallel
-            # across tasks: job commit then only fsyncs directories)
+            # the attempt's files reach the disk before the record that names them (in the worker, in parallel
+            # across tasks: job commit then only fsyncs directories); after the claim, so nobody removes them now
             self.store.sync_tree(ta.work_dir)
-            if self.store.create_exclusive(rec_path, data):
+            claim = self.layout.attempt_claim(ta.app_attempt, ta.task, ta.attempt) if fresh else None
+            if self.store.create_exclusive(rec_path, data, like=claim):
                 existing = mine
                 inject("commit_task.after_record")
             else:
@@ -195,9 +230,11 @@ class TaskAttempts:
 
     def new_record(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None,
                    sizes: Mapping[str, int] | None) -> TaskCommitRecord:
-        """The record this attempt's commit would create, from what its directory holds; refuses (attempt recorded
-        failed) when the writer's report and the directory disagree, or when the files would clobber visible
-        ones at a task commit that publishes (v2)."""
+        """The record this attempt's commit would create, from what its directory holds. Changes nothing: raises
+        :class:`_Refused` (the commit then records the attempt failed and removes its files) when the writer's
+        report and the directory disagree, a partition directory is a link or on another volume, or the files
+        would clobber visible ones at a task commit that publishes (v2); :class:`InvalidOutputSpec` for a report
+        that is not one."""
         for arg, counts, nullable in (("rows", rows, True), ("sizes", sizes, False)):
             bad = [rel for rel, n in (counts or {}).items()
                    if not (n is None and nullable) and (not isinstance(n, int) or isinstance(n, bool) or n < 0)]
@@ -210,21 +247,21 @@ class TaskAttempts:
         wrong = sorted(rel for rel, size in reported.items()
                        if rel not in held or (size is not None and held[rel] != size))
         if wrong:
-            self.ledger.overrule(ta.app_attempt, ta.task, ta.attempt)
             shown = ", ".join(f"{rel} ({'missing' if rel not in held else f'{held[rel]} bytes, not {reported[rel]}'})"
                               for rel in wrong[:5])
-            raise self.denied(ta, f"task attempt {ta.name} reported {len(reported)} file(s) but its directory does "
-                                  f"not hold {len(wrong)} of them as written: {shown}. Something removed or changed "
-                                  "them (a teardown, a cleanup, a newer try); the attempt is recorded failed and "
-                                  "cannot commit", attempt_failed=True)
+            raise _Refused(CommitDenied(
+                f"task attempt {ta.name} reported {len(reported)} file(s) but its directory does not hold "
+                f"{len(wrong)} of them as written: {shown}. Something removed or changed them (a teardown, a "
+                "cleanup, a newer try); the attempt is recorded failed and cannot commit", task=ta.task,
+                attempt=ta.attempt, attempt_failed=True))
         try:
             # a partition that is a link or on another volume is refused before anything is recorded (v2 publishes
             # there at this very commit; v1 would fail at job commit)
-            self.store.check_tree({partition_of(f.path) for f in files} - {""})
-        except InvalidOutputSpec:
-            self.ledger.overrule(ta.app_attempt, ta.task, ta.attempt)
-            self.publisher.discard(ta.work_dir)
-            raise
+            partitions = {partition_of(f.path) for f in files} - {""}
+            if partitions:
+                self.store.check_tree(partitions)
+        except InvalidOutputSpec as exc:
+            raise _Refused(exc) from exc
         clobbered = self.publisher.clobbered([f.path for f in files])
         # files of another attempt of this task that won meanwhile (a zombie's race) are not a clobber: the record
         # creation then fails and this attempt is denied with the winner; nor are the files a withdrawn commit of
@@ -234,12 +271,10 @@ class TaskAttempts:
         else:
             clobbered = []
         if clobbered:
-            self.ledger.overrule(ta.app_attempt, ta.task, ta.attempt)
-            self.publisher.discard(ta.work_dir)
-            raise InvalidOutputSpec(f"task attempt {ta.name} would replace {len(clobbered)} visible file(s) at its "
-                                    f"task commit ({', '.join(clobbered[:3])}); file names must be unique across "
-                                    "tasks and jobs (keep the default names, which carry the job uuid). The "
-                                    "attempt is recorded failed; nothing visible changed")
+            raise _Refused(InvalidOutputSpec(
+                f"task attempt {ta.name} would replace {len(clobbered)} visible file(s) at its task commit "
+                f"({', '.join(clobbered[:3])}); file names must be unique across tasks and jobs (keep the default "
+                "names, which carry the job uuid). The attempt is recorded failed; nothing visible changed"))
         data_dir = self.publisher.data_dir(ta.app_attempt, ta.work_dir)
         return TaskCommitRecord(job_id=self.job.job_id, job_uuid=ta.job_uuid, task=ta.task, attempt=ta.attempt,
                                 app_attempt=ta.app_attempt, work_dir=ta.work_dir, data_dir=data_dir,

@@ -57,7 +57,7 @@ def run_task_attempt(committer: FileOutputCommitter, task: int, attempt: int,
     raises :class:`CommitDenied`.
     """
     try:
-        existing = committer.recover_task(task)
+        existing, ta = committer.recover_or_setup_task(task, attempt)
     except JobAlreadyCommitted:
         # A late (zombie) or repeated try after the job committed: the task is done; report what was committed.
         return TaskOutcome("already_committed", task, attempt, committer.committed_task_record(task),
@@ -65,7 +65,7 @@ def run_task_attempt(committer: FileOutputCommitter, task: int, attempt: int,
     if existing is not None:
         status = "already_committed" if existing.get("recovered_from_app") is None else "recovered"
         return TaskOutcome(status, task, attempt, existing, ran_callable=False)
-    ta = committer.setup_task(task, attempt)
+    assert ta is not None
     writer = TaskAttemptWriter(committer, ta, partition_by=committer.partition_by,
                                compression=compression, max_rows_per_file=max_rows_per_file)
     try:

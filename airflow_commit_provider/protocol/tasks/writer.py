@@ -8,9 +8,11 @@ across partitions, partition directories ``key=value`` (Hive), partition columns
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from itertools import accumulate
 from typing import IO, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .attempts import TaskAttemptContext
@@ -190,7 +192,9 @@ def _split_by_partition(table: pa.Table, keys: tuple[str, ...]) -> Iterator[tupl
     file.
     """
     index = "__commit_provider_row__"
-    indexed = table.select(list(keys)).append_column(index, pa.array(range(table.num_rows), pa.int64()))
+    # row numbers 0..n-1 from a compute kernel (a Python range costs ~76 ms per million rows)
+    rows = pc.indices_nonzero(pa.repeat(pa.scalar(True), table.num_rows))
+    indexed = table.select(list(keys)).append_column(index, rows)
     try:
         groups = indexed.group_by(list(keys), use_threads=False).aggregate([(index, "list")])
         combos = groups.select(list(keys)).to_pylist()
@@ -199,8 +203,12 @@ def _split_by_partition(table: pa.Table, keys: tuple[str, ...]) -> Iterator[tupl
                                 f"names ({exc}); cast them to a coarser type or to strings first") from exc
     dirs = [partition_dir(keys, [combo[k] for k in keys]) for combo in combos]
     positions = groups.column(f"{index}_list")
-    if sum(len(p) for p in positions.to_pylist()) != table.num_rows or len(set(dirs)) != len(dirs):
+    lengths = pc.list_value_length(positions).to_pylist()
+    if sum(lengths) != table.num_rows or len(set(dirs)) != len(dirs):
         raise InvalidOutputSpec(f"partition column(s) {list(keys)}: distinct values render to the same directory "
                                 f"({len(dirs) - len(set(dirs))} collision(s)), or rows could not be assigned to "
                                 "exactly one partition; cast the column(s) to strings first")
-    return ((part, table.take(positions[i].values)) for i, part in enumerate(dirs))
+    # one take puts every group's rows together, in group order; each partition is then a slice of it (no copy)
+    grouped = table.take(pc.list_flatten(positions))
+    starts = accumulate(lengths, initial=0)
+    return ((part, grouped.slice(start, n)) for part, start, n in zip(dirs, starts, lengths))
