@@ -52,6 +52,35 @@ class CommitStorageHook(BaseHook):
         store = self.get_store(table.data_root if table is not None else target, durable=config.durable)
         return FileOutputCommitter(store, job_id, config, table=table)
 
+    def delta_storage_options(self, location: str) -> dict[str, str]:
+        """delta-rs's storage options for a Delta table at *location*: for ``s3://`` with a connection, the
+        credentials, region and ``endpoint_url`` of that Amazon connection (the same as the stage's files go
+        through), so the table's log and its data files are written with one identity; otherwise none (a local
+        table; or S3 without a connection: delta-rs reads the environment, as boto does).
+
+        Commits are made safe on S3 by conditional puts: delta-rs writes each log entry with ``If-None-Match: *``
+        (``conditional_put=etag``: delta-rs 1.x's default for S3, set here so a changed default cannot weaken it;
+        with it disabled delta-rs refuses to commit at all), the same exclusive create the protocol's own records
+        need; no locking provider, never ``AWS_S3_ALLOW_UNSAFE_RENAME``. The secret key and token are masked in task logs by the Amazon hook."""
+        if not self.conn_id or not str(location).startswith(("s3://", "s3a://")):
+            return {}
+        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+        self._check_connection(self.conn_id)
+        hook = S3Hook(aws_conn_id=self.conn_id)
+        creds = hook.get_credentials()
+        options = {"AWS_ACCESS_KEY_ID": creds.access_key, "AWS_SECRET_ACCESS_KEY": creds.secret_key,
+                   "conditional_put": "etag"}
+        if creds.token:
+            options["AWS_SESSION_TOKEN"] = creds.token
+        if region := hook.conn_region_name:
+            options["AWS_REGION"] = region
+        if endpoint := hook.conn_config.get_service_endpoint_url(service_name="s3"):
+            options["AWS_ENDPOINT_URL"] = endpoint
+            if endpoint.startswith("http://"):
+                options["AWS_ALLOW_HTTP"] = "true"
+        return options
+
     def committed_manifest(self, target: Any, *, job_id: str | None = None,
                            verify_files: bool = False) -> dict[str, Any] | None:
         """The validated ``_SUCCESS`` manifest under *target*, or ``None`` while there is none (or it belongs to

@@ -295,8 +295,11 @@ class CommitBaseOperator(BaseOperator):
         catalog = self.catalog
         if self.catalog_conn_id is not None:
             catalog = dict(BaseHook.get_connection(self.catalog_conn_id).extra_dejson)
-        return table_target(self.table_format, str(self.target) if self.target else None,
-                            table_name=self.table_name, catalog=catalog)
+        location = str(self.target) if self.target else None
+        storage = CommitStorageHook(self.conn_id).delta_storage_options(location) \
+            if self.table_format == "delta" and location else None
+        return table_target(self.table_format, location, table_name=self.table_name, catalog=catalog,
+                            storage_options=storage)
 
     def committer(self, context: Mapping[str, Any]) -> FileOutputCommitter:
         labels = {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "job_name": self._job_name()}

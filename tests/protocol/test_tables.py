@@ -40,14 +40,19 @@ def base(tmp_path, fmt) -> dict:
 
 def iceberg_table(cfg: dict):
     from airflow_commit_provider.protocol.tables.iceberg import IcebergTarget
-    return IcebergTarget.open(cfg["table_name"], None, cfg["location"]).catalog.load_table(cfg["table_name"])
+    return IcebergTarget.open(cfg["table_name"], cfg.get("catalog"), cfg["location"]).catalog.load_table(
+        cfg["table_name"])
+
+
+def delta_table(cfg: dict):
+    import deltalake
+    return deltalake.DeltaTable(cfg["location"], storage_options=cfg.get("storage_options"))
 
 
 def rows(cfg: dict) -> list[tuple[int, int, int]]:
     """Every row of the table's current version, as the format's reader reads it: (id, day, gen), sorted."""
     if cfg["format"] == "delta":
-        import deltalake
-        t = pa.table(deltalake.DeltaTable(cfg["location"]).to_pyarrow_table())
+        t = pa.table(delta_table(cfg).to_pyarrow_table())
     else:
         t = iceberg_table(cfg).scan().to_arrow()
     return sorted(zip(t["id"].to_pylist(), t["day"].to_pylist(), t["gen"].to_pylist()))
@@ -74,8 +79,7 @@ def snapshot_rows(cfg: dict) -> list[tuple[int, int, int]]:
 def transactions(cfg: dict) -> int:
     """How many transactions the table holds (Delta versions; Iceberg snapshots)."""
     if cfg["format"] == "delta":
-        import deltalake
-        return deltalake.DeltaTable(cfg["location"]).version() + 1
+        return delta_table(cfg).version() + 1
     return len(iceberg_table(cfg).metadata.snapshots)
 
 
