@@ -335,3 +335,51 @@ def test_dynamic_replaces_date_partitions_as_the_format_stores_them(base):
     else:
         t = iceberg_table(base).scan().to_arrow()
     assert sorted(zip(t["day"].to_pylist(), t["gen"].to_pylist())) == [(days[0], 0), (days[1], 1)]
+
+
+def job_record_doc(c) -> dict:
+    return json.loads(c.store.read_bytes(c.job.layout.job_record))
+
+
+def test_the_job_record_names_the_table_and_a_committer_publishing_elsewhere_is_refused(base):
+    """Set up as a table, the job refuses a committer of files (and of the other format, or of another Iceberg
+    table at the same location) by name, before anything is written; and the other way round."""
+    from airflow_commit_provider.protocol import FileOutputCommitter, JobConfigMismatch
+    from airflow_commit_provider.protocol.tables import table_target
+    from airflow_commit_provider.protocol.tables.iceberg import IcebergTarget
+
+    c = committer_for(base)
+    c.setup_job()
+    ours = {"format": "delta"} if base["format"] == "delta" else {"format": "iceberg", "name": "ns.events"}
+    assert job_record_doc(c)["table"] == ours
+    data_root = c.table.data_root
+    files = FileOutputCommitter(data_root, base["job_id"], mode="append", partition_by=["day"], durable=False)
+    with pytest.raises(JobConfigMismatch, match=r"set up to publish into .*, but this committer publishes into a "
+                                                r"directory of files"):
+        files.setup_task(0, 1)
+    if base["format"] == "iceberg":
+        other = IcebergTarget(c.table.catalog, "ns.other", c.table.location)   # same files, another table
+        elsewhere = [other, table_target("delta", data_root)]
+        named = [r"iceberg table ns.events, but this committer publishes into iceberg table ns.other",
+                 r"iceberg table ns.events, but this committer publishes into a delta table"]
+    else:
+        elsewhere = []
+        named = []
+    for table, message in zip(elsewhere, named):
+        wrong = FileOutputCommitter(data_root, base["job_id"], mode="append", partition_by=["day"], table=table,
+                                    durable=False)
+        with pytest.raises(JobConfigMismatch, match=message):
+            wrong.commit_job(0)
+    run_task_attempt(c, 0, 1, lambda w: w.write(task_rows(0, 4, 0)))
+    c.commit_job(1)
+    assert rows(base) == expected(tasks=1)
+
+    # the other way: a job of files at the data root, then a committer publishing it into the table
+    files_job = FileOutputCommitter(data_root, "files-1", mode="append", partition_by=["day"], durable=False)
+    files_job.setup_job()
+    assert "table" not in job_record_doc(files_job), "a directory job's record changed"
+    run_task_attempt(files_job, 0, 1, lambda w: w.write(task_rows(1, 4, 5)))
+    with pytest.raises(JobConfigMismatch, match=r"set up to publish into a directory of files \(no table_format\), "
+                                                r"but this committer publishes into"):
+        committer_for({**base, "job_id": "files-1"}).commit_job(1)
+    assert rows(base) == expected(tasks=1), "the refused commit published something"

@@ -170,6 +170,12 @@ class TableTarget(ABC):
     def name(self) -> str:
         """The table, as ``_SUCCESS`` names it (its location, or its catalog identifier)."""
 
+    def identity(self) -> dict[str, str]:
+        """What the job record keeps of the table (the format, and for a catalog table its identifier), so a
+        later committer of the job publishing elsewhere is refused: a Delta table is its location, which is
+        the job's store already."""
+        return {"format": self.format}
+
     @abstractmethod
     def exists(self) -> bool:
         """Whether the table exists yet (the first job's commit creates it)."""

@@ -141,6 +141,9 @@ class IcebergTarget(TableTarget):
     def name(self) -> str:
         return self.identifier
 
+    def identity(self) -> dict[str, str]:
+        return {"format": self.format, "name": self.identifier}
+
     def _load(self) -> Table | None:
         try:
             return self.catalog.load_table(self.identifier)
