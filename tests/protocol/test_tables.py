@@ -383,3 +383,31 @@ def test_the_job_record_names_the_table_and_a_committer_publishing_elsewhere_is_
                                                 r"but this committer publishes into"):
         committer_for({**base, "job_id": "files-1"}).commit_job(1)
     assert rows(base) == expected(tasks=1), "the refused commit published something"
+
+
+def test_partition_values_that_need_escaping_are_replaced_by_dynamic_and_by_a_clear(base):
+    """Values whose directory names are escaped (``p=x%2Fy``): a dynamic overwrite replaces exactly their
+    partition, and a clear after success replaces the earlier generation's files there, as for plain values.
+    (Delta's log keeps paths URI-encoded once more: compared undecoded, nothing there was ever removed.)"""
+    values = ["x/y", "a%b", "s p"]
+
+    def write(job_id: str, gen: int, only: list, mode: str = "dynamic") -> None:
+        c = committer_for({**base, "job_id": job_id, "mode": mode})
+        c.setup_job()
+        table = pa.table({"id": pa.array(range(len(only)), pa.int64()), "day": pa.array(only, pa.string()),
+                          "gen": pa.array([gen] * len(only), pa.int64())})
+        run_task_attempt(c, 0, 1, lambda w: w.write(table))
+        c.commit_job(1)
+
+    def days_and_gens() -> list:
+        if base["format"] == "delta":
+            t = pa.table(delta_table(base).to_pyarrow_table())
+        else:
+            t = iceberg_table(base).scan().to_arrow()
+        return sorted(zip(t["day"].to_pylist(), t["gen"].to_pylist()))
+
+    write("first", 0, values)
+    write("second", 1, ["x/y"])                      # replaces x/y only
+    assert days_and_gens() == [("a%b", 0), ("s p", 0), ("x/y", 1)]
+    write("second", 2, ["x/y"], mode="append")       # a clear after success: generation 1 of job "second"
+    assert days_and_gens() == [("a%b", 0), ("s p", 0), ("x/y", 2)]
