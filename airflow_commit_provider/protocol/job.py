@@ -142,7 +142,7 @@ class Job:
     def check_empty(self, own_files: set[str], visible: set[str] | None = None) -> None:
         """:class:`InvalidOutputSpec` when the target holds data files other than *own_files* (mode ``error``)."""
         if self.table is not None:
-            self.table.check_empty()   # files no snapshot lists (an earlier overwrite's) are not data
+            self.table.check_empty(own_files)   # files no snapshot lists (an earlier overwrite's) are not data
             return
         others = sorted((self.visible_files() if visible is None else visible) - own_files)
         if others:

@@ -411,3 +411,15 @@ def test_partition_values_that_need_escaping_are_replaced_by_dynamic_and_by_a_cl
     assert days_and_gens() == [("a%b", 0), ("s p", 0), ("x/y", 1)]
     write("second", 2, ["x/y"], mode="append")       # a clear after success: generation 1 of job "second"
     assert days_and_gens() == [("a%b", 0), ("s p", 0), ("x/y", 2)]
+
+
+def test_mode_error_lets_a_clear_after_success_replace_the_jobs_own_rows(base):
+    """Mode ``error`` refuses a table holding others' data, not the job's own earlier generation: a clear after
+    success replaces it, as it does for a directory of files."""
+    cfg = {**base, "mode": "error"}
+    run_job(cfg)
+    second = run_job({**cfg, "gen": 1})
+    assert second["generation"] == 1 and second["table"]["files_removed"] == 6
+    assert rows(base) == expected(gen=1)
+    with pytest.raises(InvalidOutputSpec, match="cannot write there in mode 'error'"):   # another job still is
+        committer_for({**cfg, "job_id": "events-2"}).setup_job()

@@ -185,8 +185,10 @@ class TableTarget(ABC):
         """:class:`SchemaMismatch` naming the difference when the table exists with another schema."""
 
     @abstractmethod
-    def check_empty(self) -> None:
-        """:class:`InvalidOutputSpec` when the table exists and holds data files (mode ``error``)."""
+    def check_empty(self, own: Collection[str] = ()) -> None:
+        """:class:`InvalidOutputSpec` when the table exists and holds data files other than *own* (mode
+        ``error``; *own*: the job's earlier generation, which a clear after success replaces, paths relative to
+        :attr:`data_root`)."""
 
     @abstractmethod
     def committed(self, tag: JobTag) -> TableCommit | None:

@@ -77,9 +77,9 @@ class DeltaTarget(TableTarget):
         if dt is not None:
             _check_schema(dt, schema, self.uri)
 
-    def check_empty(self) -> None:
+    def check_empty(self, own: Collection[str] = ()) -> None:
         dt = self._load()
-        if dt is not None and _files(dt):
+        if dt is not None and set(_files(dt)) - set(own):
             raise InvalidOutputSpec(f"Delta table {self.uri} already holds data (version {dt.version()}) and mode "
                                     "is 'error'; use mode='append', 'overwrite' or 'dynamic' to write there")
 
@@ -136,7 +136,7 @@ class DeltaTarget(TableTarget):
                 _check_schema(dt, schema, self.uri)
             _check_partitioning(dt, partition_by, self.uri)
             if mode == "error":
-                self.check_empty()
+                self.check_empty(replaces)
             removes = _removals(dt, mode, {partition_of(f.path) for f in files}, set(replaces))
             inject("table_commit.before")   # checked on the snapshot the transaction is built on; not yet sent
             try:
