@@ -67,6 +67,15 @@ class Totals(BaseModel):
     partitions: int | None = None
 
 
+class CommitFailure(BaseModel):
+    """The job's last failed commit, from the summary it left beside the job's records (``_commit_failure.json``)."""
+
+    at: str | None = None
+    stage: str | None = None
+    error: str | None = None
+    message: str | None = None
+
+
 class Abort(BaseModel):
     """What the failed run's teardown did."""
 
@@ -100,6 +109,8 @@ class Stage(BaseModel):
     timeline: list[CommitStageTime] = Field(default_factory=list)
     total_seconds: float | None = None
     aborted: Abort | None = None
+    #: the last job commit of this generation that failed (while the job is not committed)
+    commit_failure: CommitFailure | None = None
     next_steps: list[str] = Field(default_factory=list)
     #: algorithm v2: task outputs became visible at task commit
     partial_output_visible: bool = False
@@ -375,6 +386,7 @@ class StageModel:
         self.files = [f for f in job.get("files") or [] if isinstance(f, dict)]
         counts = Counter(r.status for r in self.rows)
         aborted = job.get("aborted")
+        failure = job.get("commit_failure")
         stages, total = timeline(job, commit_summary)
         totals = job.get("totals")
         self.summary = Stage(
@@ -389,6 +401,8 @@ class StageModel:
             timeline=stages, total_seconds=total,
             aborted=Abort(at=aborted.get("at"), kept_tasks=list(aborted.get("kept_committed_tasks") or []),
                           visible_files_removed=aborted.get("visible_files_removed") or 0) if aborted else None,
+            commit_failure=CommitFailure(**{k: failure.get(k) for k in CommitFailure.model_fields})
+            if isinstance(failure, dict) else None,
             next_steps=next_steps(job, self.rows, roles.get("commit")),
             partial_output_visible=str(job.get("algorithm")) == "2", files_total=len(self.files),
             shards_per_task=shards, table=table_text(job.get("table")))

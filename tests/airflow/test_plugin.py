@@ -17,7 +17,7 @@ from airflow_commit_provider.plugins import app as plugin_app
 from airflow_commit_provider.plugins import commit_status as plugin
 from airflow_commit_provider.plugins.airflow_state import RunSnapshot, TaskInstanceRow
 from airflow_commit_provider.plugins.read_model import RunModel, StageModel
-from airflow_commit_provider.protocol import FileOutputCommitter, read_success_marker, run_task_attempt
+from airflow_commit_provider.protocol import FileOutputCommitter, JobIncomplete, read_success_marker, run_task_attempt
 
 from ..protocol import scenario as sc
 
@@ -291,3 +291,19 @@ def test_a_table_stage_shows_the_version_its_commit_produced(tmp_path):
         c.commit_job(1)
         shown = _stage(c, _writes(["success"]), run_state="success").summary.table
         assert shown == f"delta {tmp_path / 'events'} version {generation}"
+
+
+def test_a_failed_job_commit_shows_its_stage_and_error(tmp_path):
+    """A job commit that fails leaves its summary beside the job's records; the view names the stage and the error
+    until a commit succeeds (issue 21)."""
+    c = _committer(tmp_path / "out")
+    c.setup_job()
+    run_task_attempt(c, 0, 1, _produce(0, 1))
+    with pytest.raises(JobIncomplete):
+        c.commit_job(2)
+    failure = _stage(c, _writes(["success", "failed"])).summary.commit_failure
+    assert failure is not None and failure.stage == "recovery" and failure.error == "JobIncomplete"
+    assert "1 of 2 expected task(s)" in failure.message
+    run_task_attempt(c, 1, 1, _produce(1, 1))
+    c.commit_job(2)
+    assert _stage(c, _writes(["success", "success"]), run_state="success").summary.commit_failure is None

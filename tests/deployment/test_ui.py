@@ -238,6 +238,38 @@ def test_committed_stage(browser, deployment, committed_run, theme):
 
 
 @pytest.fixture(scope="module")
+def failed_commit(deployment, committed_run):
+    """A v1 stage whose job commit fails in its plan: while task 3 is held, a copy of one of task 0's committed
+    files is put at its final name in the target, so the commit (mode append) refuses to replace it."""
+    dep = deployment
+    hold = dep.work / "hold-ui_v1-badcommit-3"
+    hold.touch()
+    _trigger(dep, "ui_v1", "badcommit", {})
+    dep.wait_for(lambda: (dep.work / "holding-ui_v1-badcommit-3").exists(), "task 3 of the run holds")
+    dep.wait_for(lambda: _stage(dep, "ui_v1", "badcommit").get("tasks_done") == 3, "tasks 0, 1 and 2 committed")
+    target = dep.root / "ui_v1-badcommit"
+    committed = sorted(target.glob("_temporary/*/*/_committed/*/part-00000-*"))
+    assert committed, sorted(str(p) for p in target.rglob("*"))
+    rel = committed[0].relative_to(committed[0].parents[1])
+    (target / rel).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(committed[0], target / rel)
+    hold.unlink()
+    assert dep.wait_run("ui_v1", "badcommit") == "failed", dep.ti_states("ui_v1", "badcommit")
+    yield {"file": str(rel)}
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_a_failed_job_commit_names_its_stage_and_error(browser, deployment, failed_commit, theme):
+    """The summary a failed job commit leaves beside the job's records, where a person sees it (issue 21)."""
+    page = _open_tab(browser, deployment, theme, "ui_v1", "badcommit")
+    text = page.inner_text("[data-testid=commit-failure]")
+    assert "in its plan stage: InvalidOutputSpec" in text, text
+    assert "would replace existing file" in text and failed_commit["file"] in text, text
+    _shoot(page, f"commit-failure-{theme}")
+    page.context.close()
+
+
+@pytest.fixture(scope="module")
 def stages(deployment, committed_run):
     """A failed v1 stage (task 2 fails every try), a v2 stage aborted the same way (task 3), and a running one
     (task 3 held inside its callable until the test releases it), all started at once."""

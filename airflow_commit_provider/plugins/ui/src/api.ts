@@ -6,6 +6,7 @@ export type TaskStatus =
 
 export interface CommitStageTime { name: string; seconds: number }
 export interface Totals { files: number; bytes: number; rows: number | null; tasks: number; partitions: number | null }
+export interface CommitFailure { at: string | null; stage: string | null; error: string | null; message: string | null }
 export interface Abort { at: string | null; kept_tasks: number[]; visible_files_removed: number }
 
 export interface Stage {
@@ -31,6 +32,7 @@ export interface Stage {
   timeline: CommitStageTime[];
   total_seconds: number | null;
   aborted: Abort | null;
+  commit_failure: CommitFailure | null;
   next_steps: string[];
   partial_output_visible: boolean;
   files_total: number;

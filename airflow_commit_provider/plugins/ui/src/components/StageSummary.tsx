@@ -65,6 +65,16 @@ export const StageSummary = ({ stage, zone }: { readonly stage: Stage; readonly 
         </Alert.Root>
       ) : undefined}
       {stage.error ? <Text color="fg.error">{stage.error}</Text> : undefined}
+      {stage.commit_failure && stage.state !== "committed" ? (
+        <Alert.Root data-testid="commit-failure" status="error" variant="outline">
+          <Alert.Indicator />
+          <Alert.Description>
+            The last job commit failed{stage.commit_failure.at ? ` at ${formatTime(stage.commit_failure.at, zone)}` : ""}
+            {" "}in its {stage.commit_failure.stage} stage: {stage.commit_failure.error}: {stage.commit_failure.message}.
+            Nothing it had not finished is visible; the next commit resumes or starts it again.
+          </Alert.Description>
+        </Alert.Root>
+      ) : undefined}
       {stage.aborted ? (
         <Alert.Root data-testid="abort" status="warning" variant="outline">
           <Alert.Indicator />
