@@ -1,12 +1,17 @@
 """The long run of the lifecycle schedules (tests/protocol/lifecycle.py), as one command::
 
-    .venv/bin/python -m tests.schedules --memory 10000 --local 10000 --s3 1000 --processes 500
+    .venv/bin/python -m tests.schedules --memory 10000 --local 10000 --s3 1000 --processes 500 --delta 1000 \
+        --iceberg 300
 
 - ``--memory N`` / ``--local N``: N random schedules on fsspec's memory file system / the local disk (``--steps``
   steps each, default 40), algorithms 1 and 2, every mode;
 - ``--s3 N``: N schedules on S3, moto's server over HTTP on 127.0.0.1 (started here, as tests/s3/conftest.py
   does), algorithms 1, 2 and magic, ``--s3-steps`` steps each (default 16: a step costs ~90-150 ms there, and
   1,000 schedules should take no more than ~40 minutes);
+- ``--delta N`` / ``--iceberg N``: N schedules whose target is a Delta table / an Iceberg table (SQL catalog on
+  SQLite) on the local disk, algorithm 1, every mode, the job commit also killed at the table transaction's points;
+  rows read back by the format's own reader after every step (``--table-steps`` steps each, default 30: a step
+  costs ~25 ms on Delta, ~70 ms on Iceberg, whose reader loads the catalog and scans the manifests);
 - ``--processes N``: N schedules on the local disk whose every protocol call runs in a real worker process,
   SIGKILLed at random fault points or by timers (tests/protocol/test_lifecycle_processes.py), ``--process-steps``
   steps each (default 30);
@@ -40,7 +45,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-PARTS = ("memory", "local", "s3", "processes", "shards")
+PARTS = ("memory", "local", "s3", "processes", "shards", "delta", "iceberg")
 
 
 def run_chunk(part: str, first: int, count: int, steps: int, report_limit: int = 3) -> dict:
@@ -107,6 +112,7 @@ def main() -> int:
     parser.add_argument("--s3-steps", type=int, default=16, help="steps per S3 schedule")
     parser.add_argument("--process-steps", type=int, default=30, help="steps per real-process schedule")
     parser.add_argument("--shard-steps", type=int, default=14, help="steps per sharded schedule")
+    parser.add_argument("--table-steps", type=int, default=30, help="steps per Delta/Iceberg schedule")
     parser.add_argument("--seed", type=int, default=0, help="first seed")
     parser.add_argument("--jobs", type=int, default=2, help="chunks run at once")
     parser.add_argument("--chunk", type=int, default=250, help="schedules per chunk")
@@ -121,14 +127,14 @@ def main() -> int:
         os._exit(0)   # no interpreter teardown: pyarrow/s3fs threads have nothing left to do
 
     steps = {"memory": args.steps, "local": args.steps, "s3": args.s3_steps, "processes": args.process_steps,
-             "shards": args.shard_steps}
+             "shards": args.shard_steps, "delta": args.table_steps, "iceberg": args.table_steps}
     by_part = [[(part, first, min(args.chunk, getattr(args, part) - (first - args.seed)), steps[part])
                 for first in range(args.seed, args.seed + getattr(args, part), args.chunk)] for part in PARTS]
     # S3 first, then round robin: the slowest part is never left to run alone at the end
     by_part.sort(key=lambda chunks: chunks[0][0] != "s3" if chunks else True)
     chunks = [c for group in itertools.zip_longest(*by_part) for c in group if c is not None]
     if not chunks:
-        parser.error("nothing to run: give --memory, --local, --s3 and/or --processes")
+        parser.error("nothing to run: give --memory, --local, --s3, --processes, --shards, --delta and/or --iceberg")
     env = dict(os.environ, PYTHONPATH=str(REPO))
     moto = None
     if args.s3:

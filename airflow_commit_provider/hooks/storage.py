@@ -52,6 +52,53 @@ class CommitStorageHook(BaseHook):
         store = self.get_store(table.data_root if table is not None else target, durable=config.durable)
         return FileOutputCommitter(store, job_id, config, table=table)
 
+    def delta_storage_options(self, location: str) -> dict[str, str]:
+        """delta-rs's storage options for a Delta table at *location*: for ``s3://`` with a connection, the
+        credentials, region and ``endpoint_url`` of that Amazon connection (the same as the stage's files go
+        through), so the table's log and its data files are written with one identity; otherwise none (a local
+        table; or S3 without a connection: delta-rs reads the environment, as boto does).
+
+        Commits are made safe on S3 by conditional puts: delta-rs writes each log entry with ``If-None-Match: *``
+        (``conditional_put=etag``: delta-rs 1.x's default for S3, set here so a changed default cannot weaken it;
+        with it disabled delta-rs refuses to commit at all), the same exclusive create the protocol's own records
+        need; no locking provider, never ``AWS_S3_ALLOW_UNSAFE_RENAME``."""
+        s3 = self._s3_identity(location)
+        if s3 is None:
+            return {}
+        keys = {"key": "AWS_ACCESS_KEY_ID", "secret": "AWS_SECRET_ACCESS_KEY", "token": "AWS_SESSION_TOKEN",
+                "region": "AWS_REGION", "endpoint": "AWS_ENDPOINT_URL"}
+        options = {keys[k]: v for k, v in s3.items()}
+        if s3.get("endpoint", "").startswith("http://"):
+            options["AWS_ALLOW_HTTP"] = "true"
+        options["conditional_put"] = "etag"
+        return options
+
+    def iceberg_file_io_options(self, warehouse: str | None) -> dict[str, str]:
+        """pyiceberg's S3 file IO properties (``s3.access-key-id`` ...) for an Iceberg table whose warehouse is
+        *warehouse*: for ``s3://`` with a connection, that Amazon connection's identity, as for the stage's files;
+        otherwise none. Catalog properties given explicitly win over these."""
+        s3 = self._s3_identity(warehouse)
+        if s3 is None:
+            return {}
+        keys = {"key": "s3.access-key-id", "secret": "s3.secret-access-key", "token": "s3.session-token",
+                "region": "s3.region", "endpoint": "s3.endpoint"}
+        return {keys[k]: v for k, v in s3.items()}
+
+    def _s3_identity(self, location: str | None) -> dict[str, str] | None:
+        """The credentials (``key``, ``secret``, ``token``), ``region`` and ``endpoint`` of the connection for an
+        ``s3://`` *location*, or ``None`` (no connection, or not S3). The Amazon hook masks the secret key and
+        the token in task logs; none of them is logged here."""
+        if not self.conn_id or not str(location or "").startswith(("s3://", "s3a://")):
+            return None
+        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+        self._check_connection(self.conn_id)
+        hook = S3Hook(aws_conn_id=self.conn_id)
+        creds = hook.get_credentials()
+        found = {"key": creds.access_key, "secret": creds.secret_key, "token": creds.token,
+                 "region": hook.conn_region_name, "endpoint": hook.conn_config.get_service_endpoint_url("s3")}
+        return {k: v for k, v in found.items() if v}
+
     def committed_manifest(self, target: Any, *, job_id: str | None = None,
                            verify_files: bool = False) -> dict[str, Any] | None:
         """The validated ``_SUCCESS`` manifest under *target*, or ``None`` while there is none (or it belongs to

@@ -292,11 +292,16 @@ class CommitBaseOperator(BaseOperator):
         """The table the stage publishes into (``table_format``), or ``None`` for a directory of files."""
         if self.table_format is None:
             return None
+        hook = CommitStorageHook(self.conn_id)
+        location = str(self.target) if self.target else None
+        if self.table_format == "delta":
+            return table_target("delta", location, storage_options=hook.delta_storage_options(location or ""))
         catalog = self.catalog
         if self.catalog_conn_id is not None:
             catalog = dict(BaseHook.get_connection(self.catalog_conn_id).extra_dejson)
-        return table_target(self.table_format, str(self.target) if self.target else None,
-                            table_name=self.table_name, catalog=catalog)
+        if catalog is not None:   # its files on S3 through the stage's connection unless the catalog says otherwise
+            catalog = {**hook.iceberg_file_io_options(catalog.get("warehouse") or location), **catalog}
+        return table_target("iceberg", location, table_name=self.table_name, catalog=catalog)
 
     def committer(self, context: Mapping[str, Any]) -> FileOutputCommitter:
         labels = {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "job_name": self._job_name()}

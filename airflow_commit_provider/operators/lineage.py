@@ -8,6 +8,11 @@ prefix. Its facets: ``outputStatistics`` (rows, bytes and files this job publish
 footer of one written Parquet file, plus the partition columns, which live in directory names), and
 ``lifecycleStateChange`` ``OVERWRITE`` for ``overwrite`` and ``dynamic`` mode. A failed commit reports no output:
 nothing was published.
+
+A table stage's output is the table: a Delta table is named by its location (as a directory would be); an Iceberg
+table by its catalog identifier (``ns.events``) in the namespace of the store holding its files, with a
+``symlinks`` facet naming its location; both carry the ``version`` facet: the Delta version or the Iceberg snapshot
+id the job's transaction made (the one a consumer should read).
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ class CommitLineageMixin:
         manifest, summary, store = self._committed
         namespace, name = dataset_name(summary.target)
         facets: dict[str, Any] = {}
+        if summary.table is not None:
+            namespace, name, facets = _table_dataset(summary.table, store.url())
         schema = self._schema_facet(manifest, store)
         if schema is not None:
             facets["schema"] = schema
@@ -84,6 +91,23 @@ class CommitLineageMixin:
         fields += [SchemaDatasetFacetFields(name=key, type="string", description="partition column (directory)")
                    for key in manifest.get("partition_by", []) if key not in schema.names]
         return SchemaDatasetFacet(fields=fields)
+
+
+def _table_dataset(table: dict[str, Any], data_root: str) -> tuple[str, str, dict[str, Any]]:
+    """The table as the output dataset (namespace, name) and its facets: ``version`` (the Delta version or
+    Iceberg snapshot id), and for Iceberg ``symlinks`` to its location (the data root's parent)."""
+    from openlineage.client.generated.dataset_version_dataset import DatasetVersionDatasetFacet
+
+    version = table.get("version", table.get("snapshot_id"))
+    facets: dict[str, Any] = {"version": DatasetVersionDatasetFacet(datasetVersion=str(version))}
+    if table["format"] == "delta":
+        return (*dataset_name(table["table"]), facets)
+    from airflow.providers.common.compat.openlineage.facet import Identifier, SymlinksDatasetFacet
+
+    namespace, location = dataset_name(data_root.rstrip("/").removesuffix("/data"))
+    facets["symlinks"] = SymlinksDatasetFacet(identifiers=[Identifier(namespace=namespace, name=location,
+                                                                      type="LOCATION")])
+    return namespace, table["table"], facets
 
 
 def _read_parquet_schema(store: Any, rel: str) -> Any:

@@ -51,14 +51,24 @@ class Job:
     # ------------------------------------------------------------------ identity
     def identity(self) -> dict[str, object]:
         """What the job record keeps of the configuration, and every later committer of the job must match."""
-        return {"committer": self.publisher.committer_name, "algorithm": self.publisher.algorithm,
-                "mode": self.mode.name, "partition_by": list(self.config.partition_by)}
+        out: dict[str, object] = {"committer": self.publisher.committer_name, "algorithm": self.publisher.algorithm,
+                                  "mode": self.mode.name, "partition_by": list(self.config.partition_by)}
+        if self.table is not None:   # absent for a directory of files: its records stay as they were
+            out["table"] = self.table.identity()
+        return out
 
     def check_config(self, record: JobRecord) -> None:
-        """:class:`JobConfigMismatch` when *record* was set up with another configuration."""
-        if record.config() != self.identity():
+        """:class:`JobConfigMismatch` when *record* was set up with another configuration; the table first, by
+        name (a job set up as files and committed into a table, or into another table, or the other way)."""
+        ours = self.identity()
+        if record.table != ours.get("table"):
             raise JobConfigMismatch(
-                f"job {self.job_id} was set up with {record.config()}, but this committer has {self.identity()}; "
+                f"job {self.job_id} was set up to publish into {_describe(record.table)}, but this committer "
+                f"publishes into {_describe(ours.get('table'))}; a job keeps its target across attempts: give the "
+                "same table_format and table, or another job id")
+        if record.config() != ours:
+            raise JobConfigMismatch(
+                f"job {self.job_id} was set up with {record.config()}, but this committer has {ours}; "
                 "a job keeps its committer, algorithm, mode and partitioning across attempts")
 
     # ------------------------------------------------------------------ record reads
@@ -147,7 +157,7 @@ class Job:
     def check_empty(self, own_files: set[str], visible: set[str] | None = None) -> None:
         """:class:`InvalidOutputSpec` when the target holds data files other than *own_files* (mode ``error``)."""
         if self.table is not None:
-            self.table.check_empty()   # files no snapshot lists (an earlier overwrite's) are not data
+            self.table.check_empty(own_files)   # files no snapshot lists (an earlier overwrite's) are not data
             return
         others = sorted((self.visible_files() if visible is None else visible) - own_files)
         if others:
@@ -173,3 +183,10 @@ class Job:
 
 
 __all__ = ["Job"]
+
+
+def _describe(table: object) -> str:
+    """A job's table identity in words: ``a directory of files``, ``a delta table``, ``iceberg table ns.t``."""
+    if not isinstance(table, dict):
+        return "a directory of files (no table_format)"
+    return f"{table['format']} table {table['name']}" if "name" in table else f"a {table['format']} table"

@@ -89,7 +89,8 @@ def create_job_record(scope: Job, replace_files: list[str], replace_first: bool)
     identity = scope.identity()
     record = JobRecord(identity["committer"], identity["algorithm"], scope.mode.name, scope.config.partition_by,
                        scope.job_id, str(uuid.uuid4()), generation, first_app, records.now_iso(),
-                       scope.config.labels, replaces, tuple(replace_files), replace_first, inputs)
+                       scope.config.labels, replaces, tuple(replace_files), replace_first, inputs,
+                       identity.get("table"))
     scope.store.create_exclusive(scope.layout.job_record, record.to_json())
     job = scope.job_record()
     if job is None:  # pragma: no cover - created just above, or by a concurrent setup

@@ -74,6 +74,55 @@ def test_commit_reports_its_output_through_a_real_transport(airflow_db):
     assert writes and all(e["outputs"] == [] for e in writes), "only the commit publishes"
 
 
+@pytest.mark.airflow
+def test_a_table_stage_reports_the_table_and_its_version(airflow_db):
+    """The Delta and the Iceberg stage of ``tbl_deploy``: each commit's output is the table (Delta: its location;
+    Iceberg: its identifier, in the namespace of its files, with a symlink to its location) and the version or
+    snapshot its transaction made. One commit's first try fails right after its table transaction (the fault
+    fires once in the process): that try reports nothing, its retry the table at the version that try made."""
+    pytest.importorskip("deltalake")
+    pytest.importorskip("pyiceberg")
+    import deltalake
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    events_file = TEST_WORK / "openlineage-tables.jsonl"
+    events_file.unlink(missing_ok=True)
+    proc = _run(f"""
+        import sys
+        sys.path.insert(0, {str(DAGS_FOLDER)!r})
+        import table_test_dags
+        print("STATE", table_test_dags.tbl_deploy.test().state)
+        """, AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps({"type": "file", "log_file_path": str(events_file),
+                                                         "append": True}),
+        AIRFLOW__OPENLINEAGE__NAMESPACE="commit-tests", COMMIT_PROVIDER_FAULTS="table_commit.after=raise")
+    assert "STATE success" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    events = [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()]
+    root = TEST_ROOT / "tbl_deploy"
+    warehouse = root / "iceberg"
+    iceberg = SqlCatalog("commit_provider", uri=f"sqlite:///{warehouse}/catalog.db",
+                         warehouse=f"file://{warehouse}").load_table("deploy.events")
+    want = {"delta": ("file", str(root / "delta"), str(deltalake.DeltaTable(str(root / "delta")).version())),
+            "iceberg": ("file", "deploy.events", str(iceberg.current_snapshot().snapshot_id))}
+    failed = 0
+    for stage, (namespace, name, version) in want.items():
+        commit = [e for e in events if e["job"]["name"] == f"tbl_deploy.{stage}.commit"]
+        types = [e["eventType"] for e in commit]
+        assert types in (["START", "COMPLETE"], ["START", "FAIL", "START", "COMPLETE"]), (stage, types)
+        failed += types.count("FAIL")
+        assert all(e["outputs"] == [] for e in commit if e["eventType"] == "FAIL")
+        [output] = commit[-1]["outputs"]
+        assert (output["namespace"], output["name"]) == (namespace, name), stage
+        assert output["facets"]["version"]["datasetVersion"] == version, stage
+        assert output["outputFacets"]["outputStatistics"]["rowCount"] == 40, stage
+        fields = {f["name"] for f in output["facets"]["schema"]["fields"]}
+        assert fields == {"shard", "row", "try", "day"}, stage
+        if stage == "iceberg":
+            [link] = output["facets"]["symlinks"]["identifiers"]
+            assert (link["namespace"], link["name"], link["type"]) == (
+                "file", iceberg.location().removeprefix("file://"), "LOCATION")
+    assert failed == 1, "the fault fires once in the process: one commit failed after its transaction"
+
+
 def test_nothing_of_openlineage_is_imported_when_it_is_absent():
     proc = _run("""
         import importlib.abc, sys

@@ -9,9 +9,15 @@ the tasks through objects under ``s3://<COMMIT_CELERY_BUCKET>/ctl/<dag_id>/<run_
   ``pre_execute`` (so the mapped writes land on both workers whatever the broker's order);
 - ``hold-<map_index>-<try>``: that try writes half its rows, records ``holding/<map_index>-<try>.json`` and waits
   while the object exists (a test kills its worker there);
-- ``fail-<map_index>-always`` / ``fail-<map_index>-<try>``: that try fails after half its rows.
+- ``fail-<map_index>-always`` / ``fail-<map_index>-<try>``: that try fails after half its rows;
+- ``commit/<try>.json``: written by every try of a commit task before it runs (its worker's name);
+- ``stop-commit-<try>``: that commit try stops itself (SIGSTOP) right after its table transaction, before its
+  commit log and ``_SUCCESS`` (a test kills its worker there).
 
-Data goes to ``s3://<bucket>/data/<dag_id>`` through the Airflow connection ``commit_s3``.
+Data goes to ``s3://<bucket>/data/<dag_id>`` through the Airflow connection ``commit_s3``; ``cc_iceberg`` writes
+the Iceberg table ``celery.events`` whose SQL catalog is the PostgreSQL database ``COMMIT_ICEBERG_CATALOG_URI``
+names (beside Airflow's own) and whose warehouse is ``s3://<bucket>/warehouse``, its files through ``commit_s3``
+too.
 """
 
 from __future__ import annotations
@@ -24,9 +30,16 @@ import time
 from datetime import datetime, timedelta
 
 import pyarrow as pa
-from airflow.sdk import DAG
+from airflow.sdk import DAG, TaskGroup
 
+from airflow_commit_provider.operators.commit import (
+    CommitAbortOperator,
+    CommitJobOperator,
+    CommitSetupOperator,
+    CommitWriteOperator,
+)
 from airflow_commit_provider.operators.stage import commit_stage
+from airflow_commit_provider.protocol import faults
 
 BUCKET = os.environ.get("COMMIT_CELERY_BUCKET", "commit-celery")
 WORKER = os.environ.get("COMMIT_WORKER_NAME", "?")
@@ -98,3 +111,30 @@ def stage_dag(dag_id: str, algorithm: int | str, mode: str = "append") -> DAG:
 cc_magic = stage_dag("cc_magic", "magic")
 cc_v1 = stage_dag("cc_v1", 1)
 cc_kill = stage_dag("cc_kill", "magic")
+
+
+def record_commit_try(context) -> None:
+    """``pre_execute`` of every commit try: record its worker; arm the stop after the table transaction if asked."""
+    ti, fs = context["ti"], _fs()
+    ctl = _ctl(ti)
+    _record(fs, f"{ctl}/commit/{ti.try_number}.json")
+    if fs.exists(f"{ctl}/stop-commit-{ti.try_number}"):
+        os.environ[faults.ENV_VAR] = "table_commit.after=stop"
+        faults.disarm()   # the environment is read again at the next point
+
+
+with DAG("cc_iceberg", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
+         default_args={"retries": 1, "retry_delay": timedelta(seconds=0.2)},
+         tags=["airflow-commit-provider-tests"]) as cc_iceberg:
+    shared = {"target": None, "conn_id": "commit_s3", "table_format": "iceberg", "table_name": "celery.events",
+              "catalog": {"type": "sql", "uri": os.environ.get("COMMIT_ICEBERG_CATALOG_URI", "sqlite://"),
+                          "warehouse": f"s3://{BUCKET}/warehouse"},
+              "mode": "append", "partition_by": "day", "job_name": "stage"}
+    with TaskGroup("stage"):
+        setup = CommitSetupOperator(task_id="setup", **shared)
+        write = CommitWriteOperator.partial(task_id="write", python_callable=produce, pre_execute=record_try,
+                                            **shared).expand(op_kwargs=[{"task": t} for t in range(TASKS)])
+        commit = CommitJobOperator(task_id="commit", write_task_id="stage.write", pre_execute=record_commit_try,
+                                   **shared)
+        abort = CommitAbortOperator(task_id="abort", commit_task_id="stage.commit", **shared)
+        setup >> write >> commit >> abort.as_teardown(setups=setup)

@@ -113,7 +113,11 @@ class CeleryDeployment(Deployment):
         self._pg_stop = [*as_user, pg_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]
         subprocess.run([pg_bin("createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "airflow", "airflow"],
                        check=True, capture_output=True)
+        # a database of its own for the Iceberg SQL catalog of cc_iceberg, beside Airflow's
+        subprocess.run([pg_bin("createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "airflow", "iceberg_catalog"],
+                       check=True, capture_output=True)
         self.pg_port = port
+        self.iceberg_catalog_uri = f"postgresql+psycopg2://airflow@127.0.0.1:{port}/iceberg_catalog"
         return f"airflow@127.0.0.1:{port}/airflow"
 
     def _start_redis(self) -> str:
@@ -177,6 +181,7 @@ class CeleryDeployment(Deployment):
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
             "AIRFLOW_CONN_COMMIT_S3": conn,
             "COMMIT_CELERY_BUCKET": self.bucket,
+            "COMMIT_ICEBERG_CATALOG_URI": self.iceberg_catalog_uri,
             **self.extra_env,
         })
         self.env = env

@@ -6,7 +6,9 @@ Celery workers that share nothing but S3 (moto's server over HTTP, through the A
 - a failed run (v1) is cleared after one worker is stopped: the tasks the stopped worker committed are recovered
   on the other worker, their code not run again;
 - a worker SIGKILLed in the middle of a write: the scheduler fails the try when its heartbeats stop, the retry
-  runs on the other worker and records the killed try failed; the data holds every row once.
+  runs on the other worker and records the killed try failed; the data holds every row once;
+- an Iceberg stage whose SQL catalog is a database of that PostgreSQL (warehouse on S3): the commit's worker is
+  SIGKILLed right after the table transaction; the retry on the other worker adds nothing.
 
 Nothing waits for a time: every step waits for an observable state (REST API, objects the tasks write in S3,
 celery's "ready" line of a restarted worker); a timeout only fails. Run alone:
@@ -195,3 +197,52 @@ def test_worker_sigkilled_mid_write_is_retried_on_the_other_worker(celery_deploy
                             timeout=60).json()["items"]
     failed = {t["task"]: t["failed_attempts"] for t in tasks}
     assert failed[2] == ["0.1"], failed
+
+
+def iceberg_catalog(dep):
+    """The stage's Iceberg SQL catalog on the deployment's PostgreSQL (its own database), files on moto's S3."""
+    from pyiceberg.catalog import load_catalog
+
+    return load_catalog("commit_provider", type="sql", uri=dep.iceberg_catalog_uri,
+                        warehouse=f"s3://{dep.bucket}/warehouse", **{
+                            "s3.endpoint": dep.s3_url, "s3.access-key-id": dep.moto_env["AWS_ACCESS_KEY_ID"],
+                            "s3.secret-access-key": dep.moto_env["AWS_SECRET_ACCESS_KEY"], "s3.region": "us-east-1"})
+
+
+def snapshots(catalog) -> list:
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    try:
+        return list(catalog.load_table("celery.events").metadata.snapshots)
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return []
+
+
+def test_iceberg_catalog_on_postgresql_worker_killed_after_the_table_commit(celery_deployment):
+    """An Iceberg stage whose SQL catalog is on the deployment's PostgreSQL: the commit's first try stops right
+    after its table transaction and its worker is SIGKILLed there; the retry, on the other worker, finds the
+    transaction in the table and adds nothing. The rows are there once."""
+    pytest.importorskip("pyiceberg")
+    dep, dag_id, run_id = celery_deployment, "cc_iceberg", "iceberg"
+    fs, base = dep.s3(), ctl(dep, dag_id, run_id)
+    fs.pipe_file(f"{base}/stop-commit-1", b"")
+    catalog = iceberg_catalog(dep)
+    dep.trigger(dag_id, run_id)
+    dep.wait_for(lambda: len(snapshots(catalog)) == 1, "the first commit try's table transaction landed")
+    victim = json.loads(fs.cat_file(f"{base}/commit/1.json"))["worker"]
+    survivor = "w2" if victim == "w1" else "w1"
+    dep.kill_worker(victim, signal.SIGKILL)   # the stopped try, its supervisor and its worker: gone at once
+    try:
+        assert dep.wait_run(dag_id, run_id, timeout=600) == "success", dep.ti_states(dag_id, run_id)
+    finally:
+        dep.restart_worker(victim)
+    assert json.loads(fs.cat_file(f"{base}/commit/2.json"))["worker"] == survivor
+    table = catalog.load_table("celery.events")
+    assert len(table.metadata.snapshots) == 1, "the retry made a second snapshot"
+    got = table.scan().to_arrow()
+    pairs = sorted(zip(got["task"].to_pylist(), got["row"].to_pylist()))
+    assert pairs == sorted((t, r) for t in range(TASKS) for r in range(ROWS)), "every row exactly once"
+    summary = xcom(dep, dag_id, run_id, "stage.commit")
+    assert summary["table"]["snapshot_id"] == table.current_snapshot().snapshot_id
+    assert summary["table"]["already_committed"] is True, summary["table"]
+    assert table.location().startswith(f"s3://{dep.bucket}/warehouse/")

@@ -37,6 +37,12 @@ commit task runs (the driver does exactly that). A schedule is the list of rules
 steps while the same violation still shows, and :func:`render` prints the result as a plain test. The
 :class:`Driver` picks rules at random from a seed (``run_schedule(seed, store)``; a failure names its seed).
 
+Table targets (``store="delta"`` or ``"iceberg"``, on the local disk, algorithm 1): the plain reader is the
+format's own (deltalake; pyiceberg's scan through a catalog of its own), whose rows must be exactly the committed
+state, or during a job commit exactly the state before or after it (the transaction is the one visibility point);
+the old data is a first job's table commit; the root ``_SUCCESS``, when there is one, must name the table's
+current version or snapshot; the job commit may die at the table transaction's points too.
+
 Where it runs: tests/protocol/test_lifecycle_schedules.py (memory and local disk, CI), tests/s3/test_lifecycle_s3.py
 (moto's server: v1, v2, magic), tests/protocol/test_lifecycle_processes.py (every call in a worker process that a
 rule ``kill_next`` SIGKILLs at a fault point or by a timer), and the long run ``python -m tests.schedules``.
@@ -85,14 +91,19 @@ from airflow_commit_provider.protocol import (
     faults,
     make_committer,
     read_success_marker,
+    run_task_attempt,
     store_for,
 )
 from airflow_commit_provider.protocol.paths import is_hidden, partition_dir
 
 JOB = "j"
+OLD_JOB = "old"
 OLD_TASK = 99
+#: the stores that are tables (on the local disk): the name is the table format
+TABLE_STORES = ("delta", "iceberg")
 ROWS_PER_PARTITION = 2
 COMMIT_POINTS = tuple(p for p in faults.POINTS if p.startswith("commit_job."))
+TABLE_COMMIT_POINTS = COMMIT_POINTS + faults.TABLE_POINTS
 #: where a job commit that died at the point leaves the job
 _STATE_AFTER = {"commit_job.after_recovery": "running", "commit_job.after_cleanup": "committed"}
 
@@ -120,7 +131,7 @@ def partition_values() -> tuple[str | None, ...]:
 # ---------------------------------------------------------------------------------------------------- config
 @dataclass(frozen=True)
 class Config:
-    store: str = "memory"               # local | memory | s3
+    store: str = "memory"               # local | memory | s3 | delta | iceberg (tables on the local disk)
     algorithm: int | str = 1            # 1 | 2 | "magic" (S3)
     mode: str = "append"                # error | append | overwrite | dynamic
     tasks: int = 3
@@ -131,6 +142,11 @@ class Config:
 
     def alphabet(self) -> tuple[str | None, ...]:
         return self.values or partition_values()
+
+    @property
+    def table_format(self) -> str | None:
+        """``"delta"`` or ``"iceberg"`` for a table target, else ``None``."""
+        return self.store if self.store in TABLE_STORES else None
 
     def code(self) -> str:
         fields = [f"{k}={getattr(self, k)!r}" for k in ("store", "algorithm", "mode", "tasks", "partition_by")]
@@ -146,11 +162,11 @@ class Config:
 def random_config(rng: random.Random, store: str) -> Config:
     """A random configuration. Exploration knobs (comma-separated environment variables, never needed in CI):
     ``LIFECYCLE_MODES``, ``LIFECYCLE_ALGORITHMS``, ``LIFECYCLE_OLD_DATA=0``."""
-    algorithms: list[int | str] = [1, 2] + (["magic"] if store == "s3" else [])
+    algorithms: list[int | str] = [1] if store in TABLE_STORES else [1, 2] + (["magic"] if store == "s3" else [])
     modes = ["error", "append", "append", "overwrite", "dynamic", "dynamic"]
     if os.environ.get("LIFECYCLE_MODES"):
         modes = os.environ["LIFECYCLE_MODES"].split(",")
-    if os.environ.get("LIFECYCLE_ALGORITHMS"):
+    if os.environ.get("LIFECYCLE_ALGORITHMS") and store not in TABLE_STORES:
         algorithms = [int(a) if a.isdigit() else a for a in os.environ["LIFECYCLE_ALGORITHMS"].split(",")]
     mode = rng.choice(modes)
     if mode == "dynamic":
@@ -170,7 +186,16 @@ class Target:
         self.kind = store
         tag = uuid.uuid4().hex[:12]
         self._tmp = None
-        if store == "local":
+        self.table: Any = None
+        if store in TABLE_STORES:
+            from airflow_commit_provider.protocol.tables import table_target
+
+            self._tmp = tempfile.mkdtemp(prefix=f"lifecycle-{store}-")
+            self.location = os.path.join(self._tmp, "events" if store == "delta" else "warehouse")
+            self.table = table_target(store, self.location, table_name="ns.events" if store == "iceberg" else None)
+            self.url = self.path = self.table.data_root
+            self.fs = None
+        elif store == "local":
             self._tmp = tempfile.mkdtemp(prefix="lifecycle-")
             self.url = self.path = os.path.join(self._tmp, "out")
             self.fs = None
@@ -188,7 +213,10 @@ class Target:
         else:
             raise ValueError(f"unknown store {store!r}")
 
-    def committer(self, cfg: Config) -> Any:
+    def committer(self, cfg: Config, job_id: str = JOB) -> Any:
+        if self.table is not None:
+            return make_committer(self.url, job_id, algorithm=1, mode=cfg.mode, partition_by=list(cfg.partition_by),
+                                  commit_threads=2, table=self.table, durable=False)
         kwargs: dict[str, Any] = {"part_size": 5 * 2**20} if cfg.algorithm == "magic" else {}
         if self.kind == "s3":
             kwargs["fs"] = _committer_s3fs()
@@ -224,6 +252,41 @@ class Target:
             if rel and not rel.endswith("/"):
                 out[rel] = int(info.get("size") or 0)
         return out
+
+    def holds_data(self) -> bool:
+        """Whether a reader sees data (mode ``error`` refuses such a target): visible files, or the table's."""
+        if self.table is not None:
+            return bool(self.table_state()[0])
+        return bool(self.visible())
+
+    def table_state(self) -> tuple[list[dict[str, Any]], int | None]:
+        """A table's rows as the format's own reader reads them now, and its version (Delta) or current snapshot
+        id (Iceberg); ``([], None)`` before the first commit created it. The reader opens the table afresh (Iceberg:
+        through a catalog of its own on the same database), sharing nothing with the committer."""
+        if self.kind == "delta":
+            import deltalake
+            from deltalake.exceptions import TableNotFoundError
+
+            try:
+                dt = deltalake.DeltaTable(self.location)
+            except TableNotFoundError:
+                return [], None
+            return pa.table(dt.to_pyarrow_table()).to_pylist(), dt.version()
+        from pyiceberg.catalog import load_catalog
+        from pyiceberg.exceptions import NoSuchTableError
+
+        catalog = load_catalog("commit_provider", type="sql", uri=f"sqlite:///{self.location}/catalog.db",
+                               warehouse=f"file://{self.location}")
+        try:
+            table = catalog.load_table("ns.events")
+        except NoSuchTableError:
+            return [], None
+        finally:
+            catalog.engine.dispose()
+        snapshot = table.current_snapshot()
+        if snapshot is None:
+            return [], None
+        return table.scan().to_arrow().to_pylist(), snapshot.snapshot_id
 
     def visible(self, files: dict[str, int] | None = None) -> dict[str, int]:
         """Data files a reader sees: no component starting with ``_`` or ``.``."""
@@ -484,11 +547,18 @@ class Lifecycle:
         for i in range(2):
             part = tuple(values[(i + j) % len(values)] for j in range(len(keys)))
             rows = [(OLD_TASK, 0, 10 * i + j, part) for j in range(2)]
+            old.update(rows)
+            if self.target.table is not None:
+                continue
             rel = f"old-{i:02d}.parquet"
             if keys:
                 rel = f"{partition_dir(keys, part)}/{rel}"
             self.target.write_file(rel, make_table(rows, keys).drop_columns(list(keys)))
-            old.update(rows)
+        if self.target.table is not None:   # an earlier job's table commit (in append mode: it only adds)
+            c = self.target.committer(replace(self.cfg, mode="append"), OLD_JOB)
+            c.setup_job()
+            run_task_attempt(c, 0, 1, lambda w: w.write(make_table(sorted(old, key=repr), keys)))
+            c.commit_job(1)
         self.S = frozenset(old)
 
     def dispose(self) -> None:
@@ -603,7 +673,7 @@ class Lifecycle:
         """The setup task runs (first run, setup retry, or a clear of the whole run)."""
         job = self.job
         fresh = job is None
-        if fresh and self.cfg.mode == "error" and self.log_gen is None and self.target.visible():
+        if fresh and self.cfg.mode == "error" and self.log_gen is None and self.target.holds_data():
             try:
                 self.call_setup_job()
             except InvalidOutputSpec:
@@ -937,6 +1007,9 @@ class Lifecycle:
         return now & job.plan.target, now | maybe | job.plan.new
 
     def check(self) -> None:
+        if self.target.table is not None:
+            self.check_table()
+            return
         files = self.target.all_files()
         visible = self.target.visible(files)
         rows = self.target.rows(self.cfg.partition_by, visible)
@@ -961,6 +1034,46 @@ class Lifecycle:
             self._expect(d in markers, "marker-missing", f"no _SUCCESS in {d or 'the root'} after the job commit")
         for d in markers:
             self._check_marker(d, visible)
+
+    def check_table(self) -> None:
+        """A table target: the format's reader sees exactly the committed state, or during a job commit exactly the
+        state before or after its transaction; the root ``_SUCCESS``, when there is one, names the table's current
+        version."""
+        try:
+            rows, version = self.target.table_state()
+        except Exception as exc:  # noqa: BLE001 - a table its own reader cannot read is the finding
+            self._fail(f"table-unreadable:{type(exc).__name__}", f"{exc} (state: {self._state()})")
+            return
+        keys = self.cfg.partition_by
+        seen: Counter[Row] = Counter()
+        for r in rows:
+            part = tuple(r[k] for k in keys)
+            if part != tuple(r[f"o{k}"] for k in keys):
+                self._fail("partition-value", f"row {r}: the table's partition values differ from the written ones")
+            seen[(r["task"], r["attempt"], r["row"], part)] += 1
+        dupes = {k: c for k, c in seen.items() if c > 1}
+        self._expect(not dupes, "duplicate-rows", f"rows seen more than once: {sorted(dupes, key=repr)[:6]}")
+        got = frozenset(seen)
+        job = self.job
+        allowed = [self.S] + ([job.plan.target] if job is not None and job.plan is not None else [])
+        if got not in allowed:
+            lost, extra = sorted(allowed[-1] - got, key=repr), sorted(got - allowed[0], key=repr)
+            self._fail("rows", f"the table holds neither the state before nor after the job commit: lost "
+                       f"{len(lost)} rows {lost[:6]}; unexpected {len(extra)} rows {extra[:6]} (state: {self._state()})")
+        if "" in self.expect_markers or self.target.all_files().get("_SUCCESS") is not None:
+            try:
+                doc = self.target.marker("")
+            except FileNotFoundError:
+                self._expect("" not in self.expect_markers, "marker-missing", "no _SUCCESS after the job commit")
+                return
+            except CorruptRecord as exc:
+                self._fail("marker-corrupt", f"_SUCCESS: {exc}")
+                return
+            table = doc.get("table") or {}
+            named = table.get("version", table.get("snapshot_id"))
+            self._expect(named == version, "marker-lies:table-version",
+                         f"_SUCCESS of job {doc.get('job_id')} generation {doc.get('generation')} names "
+                         f"{named}, the table is at {version} (state: {self._state()})")
 
     def _check_marker(self, d: str, visible: dict[str, int]) -> None:
         try:
@@ -1069,7 +1182,8 @@ class Driver:
 
     def commit_job(self) -> None:
         if self.rng.random() < 0.5:
-            self.h.commit_job(self.rng.choice(COMMIT_POINTS), self.rng.choice([1, 1, 2, 3]))
+            points = TABLE_COMMIT_POINTS if self.h.cfg.table_format else COMMIT_POINTS
+            self.h.commit_job(self.rng.choice(points), self.rng.choice([1, 1, 2, 3]))
         else:
             self.h.commit_job()
 

@@ -2,7 +2,8 @@
 tests.protocol.tables_worker '<json config>'`` (fault points armed through the environment), or in process through
 :func:`run_job`.
 
-Config: ``format``, ``location``, ``table_name`` and ``catalog`` (Iceberg), ``job_id``, ``mode``, ``partition_by``,
+Config: ``format``, ``location``, ``storage_options`` (Delta: delta-rs's, e.g. an S3 endpoint and credentials),
+``table_name`` and ``catalog`` (Iceberg), ``job_id``, ``mode``, ``partition_by``,
 ``tasks`` (number of tasks), ``rows`` (per task), ``gen`` (the value of column ``gen`` in every row, so a reader
 tells generations apart), ``phase``: ``run`` (set up, write every task, commit) or ``commit`` (commit only: the
 resume of a killed commit). Task *t* writes rows ``id = t * 1000 + i`` with ``day = i % 2``.
@@ -22,7 +23,7 @@ from airflow_commit_provider.protocol.tables import table_target
 
 def committer_for(cfg: dict[str, Any]) -> FileOutputCommitter:
     table = table_target(cfg["format"], cfg.get("location"), table_name=cfg.get("table_name"),
-                         catalog=cfg.get("catalog"))
+                         catalog=cfg.get("catalog"), storage_options=cfg.get("storage_options"))
     return FileOutputCommitter(table.data_root, cfg["job_id"], mode=cfg.get("mode", "append"),
                                partition_by=cfg.get("partition_by", ["day"]), table=table, durable=False)
 

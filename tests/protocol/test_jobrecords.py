@@ -114,6 +114,8 @@ def _with(doc: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
      "field 'replaces.job_uuid' has type int, not str"),
     (_with(_job_doc(), "replace_first", 1), "field 'replace_first' has type int, not bool"),
     (_with(_job_doc(), "labels", []), "field 'labels' has type list, not dict"),
+    (_with(_job_doc(), "table", "delta"), "field 'table' has type str, not dict"),
+    (_with(_job_doc(), "table", {"name": "ns.t"}), "field 'table' is {'name': 'ns.t'}, not the table's format"),
     (_with(_job_doc(), "format", "airflow-commit-provider/commit-plan"), "is not an airflow-commit-provider job"),
     (_with(_job_doc(), "version", 2), "unsupported record version 2"),
 ])
@@ -131,6 +133,11 @@ def test_optional_job_fields_default_and_old_plans_withdraw_the_root():
         del doc[key]
     job = JobRecord.from_json(json.dumps(doc).encode(), WHERE)
     assert (dict(job.labels), job.replaces, job.replace_files, job.replace_first) == ({}, None, (), False)
+    assert job.table is None, "a record without the field is a directory job's"
+    table_job = JobRecord.from_json(json.dumps({**doc, "table": {"format": "iceberg", "name": "ns.t"}}).encode(),
+                                    WHERE)
+    assert table_job.table == {"format": "iceberg", "name": "ns.t"}
+    assert json.loads(table_job.to_json())["table"] == {"format": "iceberg", "name": "ns.t"}
     plan = json.loads(plan_path().read_bytes())
     del plan["withdraw"], plan["attempt_history"]
     fixed = CommitPlan.from_json(json.dumps(plan).encode(), "plan")

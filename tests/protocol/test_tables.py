@@ -40,14 +40,19 @@ def base(tmp_path, fmt) -> dict:
 
 def iceberg_table(cfg: dict):
     from airflow_commit_provider.protocol.tables.iceberg import IcebergTarget
-    return IcebergTarget.open(cfg["table_name"], None, cfg["location"]).catalog.load_table(cfg["table_name"])
+    return IcebergTarget.open(cfg["table_name"], cfg.get("catalog"), cfg["location"]).catalog.load_table(
+        cfg["table_name"])
+
+
+def delta_table(cfg: dict):
+    import deltalake
+    return deltalake.DeltaTable(cfg["location"], storage_options=cfg.get("storage_options"))
 
 
 def rows(cfg: dict) -> list[tuple[int, int, int]]:
     """Every row of the table's current version, as the format's reader reads it: (id, day, gen), sorted."""
     if cfg["format"] == "delta":
-        import deltalake
-        t = pa.table(deltalake.DeltaTable(cfg["location"]).to_pyarrow_table())
+        t = pa.table(delta_table(cfg).to_pyarrow_table())
     else:
         t = iceberg_table(cfg).scan().to_arrow()
     return sorted(zip(t["id"].to_pylist(), t["day"].to_pylist(), t["gen"].to_pylist()))
@@ -74,8 +79,7 @@ def snapshot_rows(cfg: dict) -> list[tuple[int, int, int]]:
 def transactions(cfg: dict) -> int:
     """How many transactions the table holds (Delta versions; Iceberg snapshots)."""
     if cfg["format"] == "delta":
-        import deltalake
-        return deltalake.DeltaTable(cfg["location"]).version() + 1
+        return delta_table(cfg).version() + 1
     return len(iceberg_table(cfg).metadata.snapshots)
 
 
@@ -331,3 +335,91 @@ def test_dynamic_replaces_date_partitions_as_the_format_stores_them(base):
     else:
         t = iceberg_table(base).scan().to_arrow()
     assert sorted(zip(t["day"].to_pylist(), t["gen"].to_pylist())) == [(days[0], 0), (days[1], 1)]
+
+
+def job_record_doc(c) -> dict:
+    return json.loads(c.store.read_bytes(c.job.layout.job_record))
+
+
+def test_the_job_record_names_the_table_and_a_committer_publishing_elsewhere_is_refused(base):
+    """Set up as a table, the job refuses a committer of files (and of the other format, or of another Iceberg
+    table at the same location) by name, before anything is written; and the other way round."""
+    from airflow_commit_provider.protocol import FileOutputCommitter, JobConfigMismatch
+    from airflow_commit_provider.protocol.tables import table_target
+    from airflow_commit_provider.protocol.tables.iceberg import IcebergTarget
+
+    c = committer_for(base)
+    c.setup_job()
+    ours = {"format": "delta"} if base["format"] == "delta" else {"format": "iceberg", "name": "ns.events"}
+    assert job_record_doc(c)["table"] == ours
+    data_root = c.table.data_root
+    files = FileOutputCommitter(data_root, base["job_id"], mode="append", partition_by=["day"], durable=False)
+    with pytest.raises(JobConfigMismatch, match=r"set up to publish into .*, but this committer publishes into a "
+                                                r"directory of files"):
+        files.setup_task(0, 1)
+    if base["format"] == "iceberg":
+        other = IcebergTarget(c.table.catalog, "ns.other", c.table.location)   # same files, another table
+        elsewhere = [other, table_target("delta", data_root)]
+        named = [r"iceberg table ns.events, but this committer publishes into iceberg table ns.other",
+                 r"iceberg table ns.events, but this committer publishes into a delta table"]
+    else:
+        elsewhere = []
+        named = []
+    for table, message in zip(elsewhere, named):
+        wrong = FileOutputCommitter(data_root, base["job_id"], mode="append", partition_by=["day"], table=table,
+                                    durable=False)
+        with pytest.raises(JobConfigMismatch, match=message):
+            wrong.commit_job(0)
+    run_task_attempt(c, 0, 1, lambda w: w.write(task_rows(0, 4, 0)))
+    c.commit_job(1)
+    assert rows(base) == expected(tasks=1)
+
+    # the other way: a job of files at the data root, then a committer publishing it into the table
+    files_job = FileOutputCommitter(data_root, "files-1", mode="append", partition_by=["day"], durable=False)
+    files_job.setup_job()
+    assert "table" not in job_record_doc(files_job), "a directory job's record changed"
+    run_task_attempt(files_job, 0, 1, lambda w: w.write(task_rows(1, 4, 5)))
+    with pytest.raises(JobConfigMismatch, match=r"set up to publish into a directory of files \(no table_format\), "
+                                                r"but this committer publishes into"):
+        committer_for({**base, "job_id": "files-1"}).commit_job(1)
+    assert rows(base) == expected(tasks=1), "the refused commit published something"
+
+
+def test_partition_values_that_need_escaping_are_replaced_by_dynamic_and_by_a_clear(base):
+    """Values whose directory names are escaped (``p=x%2Fy``): a dynamic overwrite replaces exactly their
+    partition, and a clear after success replaces the earlier generation's files there, as for plain values.
+    (Delta's log keeps paths URI-encoded once more: compared undecoded, nothing there was ever removed.)"""
+    values = ["x/y", "a%b", "s p"]
+
+    def write(job_id: str, gen: int, only: list, mode: str = "dynamic") -> None:
+        c = committer_for({**base, "job_id": job_id, "mode": mode})
+        c.setup_job()
+        table = pa.table({"id": pa.array(range(len(only)), pa.int64()), "day": pa.array(only, pa.string()),
+                          "gen": pa.array([gen] * len(only), pa.int64())})
+        run_task_attempt(c, 0, 1, lambda w: w.write(table))
+        c.commit_job(1)
+
+    def days_and_gens() -> list:
+        if base["format"] == "delta":
+            t = pa.table(delta_table(base).to_pyarrow_table())
+        else:
+            t = iceberg_table(base).scan().to_arrow()
+        return sorted(zip(t["day"].to_pylist(), t["gen"].to_pylist()))
+
+    write("first", 0, values)
+    write("second", 1, ["x/y"])                      # replaces x/y only
+    assert days_and_gens() == [("a%b", 0), ("s p", 0), ("x/y", 1)]
+    write("second", 2, ["x/y"], mode="append")       # a clear after success: generation 1 of job "second"
+    assert days_and_gens() == [("a%b", 0), ("s p", 0), ("x/y", 2)]
+
+
+def test_mode_error_lets_a_clear_after_success_replace_the_jobs_own_rows(base):
+    """Mode ``error`` refuses a table holding others' data, not the job's own earlier generation: a clear after
+    success replaces it, as it does for a directory of files."""
+    cfg = {**base, "mode": "error"}
+    run_job(cfg)
+    second = run_job({**cfg, "gen": 1})
+    assert second["generation"] == 1 and second["table"]["files_removed"] == 6
+    assert rows(base) == expected(gen=1)
+    with pytest.raises(InvalidOutputSpec, match="cannot write there in mode 'error'"):   # another job still is
+        committer_for({**cfg, "job_id": "events-2"}).setup_job()

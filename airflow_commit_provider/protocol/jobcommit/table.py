@@ -9,7 +9,7 @@ generation is refused there (:class:`~..tables.GenerationSuperseded`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from ..job import Job
 from ..records.task import TaskCommitRecord
@@ -22,15 +22,16 @@ def data_files(scope: Job, recs: Iterable[TaskCommitRecord]) -> list[DataFile]:
     return [DataFile.from_entry(f.path, f.size, f.rows, scope.config.partition_by) for rec in recs for f in rec.files]
 
 
-def check_table(scope: Job, recs: Iterable[TaskCommitRecord]) -> None:
+def check_table(scope: Job, recs: Iterable[TaskCommitRecord], replaced: Collection[str]) -> None:
     """Before the plan is fixed (so a refusal changes nothing): one schema among the job's files (their footers,
-    where the task commits left them) and the table's, and, in mode ``error``, an empty table."""
+    where the task commits left them) and the table's, and, in mode ``error``, a table holding nothing but the
+    job's earlier generation (*replaced*, which the transaction removes)."""
     assert scope.table is not None
     sources = [f"{rec.data_dir}/{f.path}" if rec.data_dir else f.path for rec in recs for f in rec.files]
     if sources:
         scope.table.check_schema(file_schema(scope.store, sources))
     if scope.mode.claims_target:
-        scope.table.check_empty()
+        scope.table.check_empty(replaced)
 
 
 class TableCommitStage(Stage[Plan, "TableCommit | None"]):

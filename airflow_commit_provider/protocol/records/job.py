@@ -61,6 +61,17 @@ def _inputs(doc: Mapping[str, Any], where: str) -> tuple[InputFile, ...]:
     return inputs
 
 
+def _table(doc: Mapping[str, Any], where: str) -> dict[str, str] | None:
+    """The job's table (absent in a directory job's record, and in every record of releases before tables)."""
+    table = records.get_field(doc, "table", dict, where, JobRecord.KIND, required=False)
+    if table is None:
+        return None
+    if not isinstance(table.get("format"), str) or not all(isinstance(v, str) for v in table.values()):
+        raise CorruptRecord(f"{where}: field 'table' is {table!r}, not the table's format and name as strings; the "
+                            "job record is corrupt")
+    return dict(table)
+
+
 @dataclass(frozen=True)
 class Replaces:
     """The committed generation a new generation's commit replaces: its uuid, number and files."""
@@ -108,11 +119,18 @@ class JobRecord:
     #: *replace_files* as they were when the job record was created (size, version): job commit refuses if one of
     #: them is gone or changed since. Empty in records of releases before it (their commits do not check).
     replace_inputs: tuple[InputFile, ...] = ()
+    #: the table the job publishes into (:meth:`~..tables.common.TableTarget.identity`: its format, and an
+    #: Iceberg table's identifier); ``None`` for a directory of files, whose records have no such field
+    table: Mapping[str, str] | None = None
 
     def config(self) -> dict[str, Any]:
-        """What a job keeps across attempts: committer, algorithm, mode, partitioning (as in the JSON)."""
-        return {"committer": self.committer, "algorithm": self.algorithm, "mode": self.mode,
-                "partition_by": list(self.partition_by)}
+        """What a job keeps across attempts: committer, algorithm, mode, partitioning, and the table if any (as in
+        the JSON)."""
+        out: dict[str, Any] = {"committer": self.committer, "algorithm": self.algorithm, "mode": self.mode,
+                               "partition_by": list(self.partition_by)}
+        if self.table is not None:
+            out["table"] = dict(self.table)
+        return out
 
     @property
     def replaced_files(self) -> set[str]:
@@ -149,7 +167,8 @@ class JobRecord:
                    get("generation", int), get("first_app_attempt", int), get("created", str),
                    get("labels", dict, required=False, default={}), replaces,
                    _strings(doc, "replace_files", where, k, required=False),
-                   get("replace_first", bool, required=False, default=False), _inputs(doc, where))
+                   get("replace_first", bool, required=False, default=False), _inputs(doc, where),
+                   _table(doc, where))
 
     @classmethod
     def read(cls, store: Store, rel: str) -> JobRecord | None:

@@ -170,6 +170,12 @@ class TableTarget(ABC):
     def name(self) -> str:
         """The table, as ``_SUCCESS`` names it (its location, or its catalog identifier)."""
 
+    def identity(self) -> dict[str, str]:
+        """What the job record keeps of the table (the format, and for a catalog table its identifier), so a
+        later committer of the job publishing elsewhere is refused: a Delta table is its location, which is
+        the job's store already."""
+        return {"format": self.format}
+
     @abstractmethod
     def exists(self) -> bool:
         """Whether the table exists yet (the first job's commit creates it)."""
@@ -179,8 +185,10 @@ class TableTarget(ABC):
         """:class:`SchemaMismatch` naming the difference when the table exists with another schema."""
 
     @abstractmethod
-    def check_empty(self) -> None:
-        """:class:`InvalidOutputSpec` when the table exists and holds data files (mode ``error``)."""
+    def check_empty(self, own: Collection[str] = ()) -> None:
+        """:class:`InvalidOutputSpec` when the table exists and holds data files other than *own* (mode
+        ``error``; *own*: the job's earlier generation, which a clear after success replaces, paths relative to
+        :attr:`data_root`)."""
 
     @abstractmethod
     def committed(self, tag: JobTag) -> TableCommit | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+from urllib.parse import unquote
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -76,9 +77,9 @@ class DeltaTarget(TableTarget):
         if dt is not None:
             _check_schema(dt, schema, self.uri)
 
-    def check_empty(self) -> None:
+    def check_empty(self, own: Collection[str] = ()) -> None:
         dt = self._load()
-        if dt is not None and _files(dt):
+        if dt is not None and set(_files(dt)) - set(own):
             raise InvalidOutputSpec(f"Delta table {self.uri} already holds data (version {dt.version()}) and mode "
                                     "is 'error'; use mode='append', 'overwrite' or 'dynamic' to write there")
 
@@ -135,7 +136,7 @@ class DeltaTarget(TableTarget):
                 _check_schema(dt, schema, self.uri)
             _check_partitioning(dt, partition_by, self.uri)
             if mode == "error":
-                self.check_empty()
+                self.check_empty(replaces)
             removes = _removals(dt, mode, {partition_of(f.path) for f in files}, set(replaces))
             inject("table_commit.before")   # checked on the snapshot the transaction is built on; not yet sent
             try:
@@ -165,9 +166,12 @@ def _add(f: DataFile) -> AddAction:
 
 
 def _files(dt: DeltaTable) -> dict[str, tuple[int, dict[str, str | None]]]:
-    """The table's current files: path -> (size, partition values as strings)."""
+    """The table's current files: path (as the file is named under the table's root) -> (size, partition values
+    as strings). The log keeps paths URI-encoded and delta-rs hands them out so (``p=x%252Fy/...`` for the
+    directory ``p=x%2Fy``), while add and remove actions take the file's own name and encode it themselves: decoded
+    here, so the paths compare with the job's and a remove names the file its add did."""
     actions = pa.table(dt.get_add_actions(flatten=False)).to_pylist()
-    return {a["path"]: (a["size_bytes"], {k: None if v is None else _partition_str(v)
+    return {unquote(a["path"]): (a["size_bytes"], {k: None if v is None else _partition_str(v)
                                           for k, v in (a.get("partition") or {}).items()})
             for a in actions}
 

@@ -141,6 +141,9 @@ class IcebergTarget(TableTarget):
     def name(self) -> str:
         return self.identifier
 
+    def identity(self) -> dict[str, str]:
+        return {"format": self.format, "name": self.identifier}
+
     def _load(self) -> Table | None:
         try:
             return self.catalog.load_table(self.identifier)
@@ -155,9 +158,11 @@ class IcebergTarget(TableTarget):
         if table is not None:
             _check_schema(table, schema, self.identifier)
 
-    def check_empty(self) -> None:
+    def check_empty(self, own: Collection[str] = ()) -> None:
         table = self._load()
-        if table is not None and table.current_snapshot() is not None and _files(table):
+        mine = {f"{self.data_uri}/{p}" for p in own}
+        if table is not None and table.current_snapshot() is not None and \
+                {df.file_path for df in _files(table)} - mine:
             raise InvalidOutputSpec(f"Iceberg table {self.identifier} already holds data (snapshot "
                                     f"{table.current_snapshot().snapshot_id}) and mode is 'error'; use "
                                     "mode='append', 'overwrite' or 'dynamic' to write there")
@@ -207,7 +212,7 @@ class IcebergTarget(TableTarget):
                 _check_schema(table, schema, self.identifier)
             _check_partitioning(table, partition_by, self.identifier)
             if mode == "error":
-                self.check_empty()
+                self.check_empty(replaces)
             try:
                 removed = self._commit(table, tag, files, mode, {f"{self.data_uri}/{p}" for p in replaces})
             except GenerationPresent:

@@ -62,3 +62,35 @@ with DAG("tbl_deploy", schedule=None, start_date=datetime(2024, 1, 1), catchup=F
                                        pre_execute=kill_after_table_commit, **shared)
             abort = CommitAbortOperator(task_id="abort", commit_task_id=f"{stage}.commit", **shared)
             setup >> write >> commit >> abort.as_teardown(setups=setup)
+
+
+#: the Airflow connection of ``tbl_s3``: the only place its S3 endpoint and credentials are given
+S3_CONN_ID = "commit_s3_tables"
+S3_BUCKET = "tables"
+
+
+def raise_after_table_commit_on_try_1(context) -> None:
+    """Try 1 of the commit fails right after its table transaction (in process, under ``dag.test()``: an
+    exception, not a kill); the retry runs with nothing armed."""
+    faults.disarm()
+    if context["ti"].try_number == 1:
+        faults.arm("table_commit.after", "raise")
+
+
+with DAG("tbl_s3", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
+         default_args={"retries": 1, "retry_delay": timedelta(seconds=0)},
+         tags=["airflow-commit-provider-tests"]) as tbl_s3:
+    for stage, table in (
+            ("delta", {"table_format": "delta", "target": f"s3://{S3_BUCKET}/events_delta"}),
+            ("iceberg", {"table_format": "iceberg", "table_name": "lake.events", "target": None,
+                         "catalog": {"type": "sql", "uri": f"sqlite:///{os.path.join(ROOT, 'tbl_s3.db')}",
+                                     "warehouse": f"s3://{S3_BUCKET}/warehouse"}})):
+        with TaskGroup(stage):
+            shared = {"conn_id": S3_CONN_ID, "mode": "append", "partition_by": "day", "job_name": stage, **table}
+            setup = CommitSetupOperator(task_id="setup", **shared)
+            write = CommitWriteOperator.partial(task_id="write", python_callable=shard_rows, **shared).expand(
+                op_kwargs=[{"shard": n} for n in range(SHARDS)])
+            commit = CommitJobOperator(task_id="commit", write_task_id=f"{stage}.write",
+                                       pre_execute=raise_after_table_commit_on_try_1, **shared)
+            abort = CommitAbortOperator(task_id="abort", commit_task_id=f"{stage}.commit", **shared)
+            setup >> write >> commit >> abort.as_teardown(setups=setup)
