@@ -183,3 +183,42 @@ def test_table_stages_retried_killed_after_their_transaction_and_cleared_after_s
                 success = read_success_marker(str(dep.root / dag_id / stage) if stage == "delta" else
                                               f"{iceberg.location()}/data".removeprefix("file://"))
                 assert success["table"]["already_committed"] is True, success["table"]
+
+
+def test_table_stages_cleared_after_failure_recover_their_committed_shards(deployment):
+    """Delta and Iceberg under the real scheduler: shard 3 fails every try, so the run fails and its teardown keeps
+    the three committed shards; the table has no transaction yet. A clear of the whole run (a new application
+    attempt) recovers shards 0-2 without calling their code, runs shard 3, and commits once: every row exactly once
+    in each table, by the format's reader."""
+    pytest.importorskip("deltalake")
+    pytest.importorskip("pyiceberg")
+    import deltalake
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    dep, dag_id, run_id = deployment, "tbl_clear", "rest-tables-clear"
+    failing = dep.work / f"fail-{dag_id}-3"
+    failing.touch()
+    dep.trigger(dag_id, run_id)
+    assert dep.wait_run(dag_id, run_id) == "failed", dep.ti_states(dag_id, run_id)
+    states = dep.ti_states(dag_id, run_id)
+    assert states["delta.abort"] == states["iceberg.abort"] == "success", states
+    assert not (dep.root / dag_id / "delta" / "_delta_log").exists(), "a failed run made no table transaction"
+    failing.unlink()
+    dep.clear(dag_id, run_id, only_failed=False)
+    assert dep.wait_run(dag_id, run_id) == "success", dep.ti_states(dag_id, run_id)
+    warehouse = dep.root / dag_id / "iceberg"
+    delta = pa.table(deltalake.DeltaTable(str(dep.root / dag_id / "delta")).to_pyarrow_table())
+    iceberg = SqlCatalog("commit_provider", uri=f"sqlite:///{warehouse}/catalog.db",
+                         warehouse=f"file://{warehouse}").load_table("clear.events")
+    expected = [(s, r) for s in range(4) for r in range(10)]
+    for t in (delta, iceberg.scan().to_arrow()):
+        assert sorted(zip(t["shard"].to_pylist(), t["row"].to_pylist())) == expected
+    assert deltalake.DeltaTable(str(dep.root / dag_id / "delta")).version() == 0
+    assert len(iceberg.metadata.snapshots) == 1
+    calls = [line.split() for line in (dep.work / "calls.log").read_text().splitlines()
+             if line.startswith(f"{dag_id} ")]
+    for stage in ("delta", "iceberg"):
+        per_shard = {s: sorted(int(c[3]) for c in calls if c[1] == stage and int(c[2]) == s) for s in range(4)}
+        assert all(len(per_shard[s]) == 1 for s in range(3)), per_shard   # recovered: their code not called again
+        assert len(per_shard[3]) == 3, per_shard                          # two failed tries, then the clear's

@@ -33,6 +33,9 @@ def shard_rows(shard: int, ti) -> pa.Table:
     table = pa.table({"shard": pa.array([shard] * ROWS, pa.int32()), "row": pa.array(range(ROWS), pa.int32()),
                       "try": pa.array([ti.try_number] * ROWS, pa.int32()),
                       "day": [f"d{r % 2}" for r in range(ROWS)]})
+    if os.path.exists(os.path.join(WORK, f"fail-{ti.dag_id}-{shard}")):   # every try, while the file is there
+        yield table.slice(0, ROWS // 2)
+        raise RuntimeError(f"injected failure of shard {shard}, try {ti.try_number}, after half its rows")
     if shard == 2 and ti.try_number == 1 and os.path.exists(os.path.join(WORK, f"fail-{ti.dag_id}-2-1")):
         yield table.slice(0, ROWS // 2)
         raise RuntimeError("injected failure of shard 2, try 1, after half its rows")
@@ -54,6 +57,23 @@ with DAG("tbl_deploy", schedule=None, start_date=datetime(2024, 1, 1), catchup=F
                          ("iceberg", {"table_format": "iceberg", "table_name": "deploy.events"})):
         with TaskGroup(stage):
             shared = {"target": os.path.join(ROOT, "tbl_deploy", stage), "mode": "append", "partition_by": "day",
+                      "job_name": stage, **table}
+            setup = CommitSetupOperator(task_id="setup", **shared)
+            write = CommitWriteOperator.partial(task_id="write", python_callable=shard_rows, **shared).expand(
+                op_kwargs=[{"shard": n} for n in range(SHARDS)])
+            commit = CommitJobOperator(task_id="commit", write_task_id=f"{stage}.write",
+                                       pre_execute=kill_after_table_commit, **shared)
+            abort = CommitAbortOperator(task_id="abort", commit_task_id=f"{stage}.commit", **shared)
+            setup >> write >> commit >> abort.as_teardown(setups=setup)
+
+
+with DAG("tbl_clear", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
+         default_args={"retries": 1, "retry_delay": timedelta(seconds=0.2)},
+         tags=["airflow-commit-provider-tests"]) as tbl_clear:
+    for stage, table in (("delta", {"table_format": "delta"}),
+                         ("iceberg", {"table_format": "iceberg", "table_name": "clear.events"})):
+        with TaskGroup(stage):
+            shared = {"target": os.path.join(ROOT, "tbl_clear", stage), "mode": "append", "partition_by": "day",
                       "job_name": stage, **table}
             setup = CommitSetupOperator(task_id="setup", **shared)
             write = CommitWriteOperator.partial(task_id="write", python_callable=shard_rows, **shared).expand(
