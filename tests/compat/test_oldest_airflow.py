@@ -110,9 +110,16 @@ def venv(tmp_path_factory) -> Path:
 def test_dag_test_suite_and_plugin_tests_on_the_oldest_airflow(venv):
     t0 = time.monotonic()
     proc = subprocess.run([venv / "bin" / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           # OpenLineage's events are checked on the Airflow CI runs (its provider is not in
-                           # this venv's constraints); everything else of tests/airflow runs here
-                           "tests/airflow", "--ignore=tests/airflow/test_lineage.py"], cwd=REPO, env=_clean_env(), capture_output=True, text=True,
+                           # OpenLineage's events and the Delta/Iceberg stages are checked on the main Airflow
+                           # (neither the openlineage provider nor deltalake/pyiceberg is in this venv's
+                           # constraints); everything else of tests/airflow runs here
+                           "tests/airflow", "--ignore=tests/airflow/test_lineage.py",
+                           "--ignore=tests/airflow/test_tables_s3.py",
+                           "--deselect=tests/airflow/test_dag_test.py::"
+                           "test_example_tables_dag_commits_each_job_once_per_table",
+                           "--deselect=tests/airflow/test_plugin.py::"
+                           "test_a_table_stage_shows_the_version_its_commit_produced"],
+                          cwd=REPO, env=_clean_env(), capture_output=True, text=True,
                           timeout=3600)
     print(proc.stdout[-3000:])
     assert proc.returncode == 0, f"tests/airflow on Airflow {AIRFLOW}:\n{proc.stdout[-8000:]}\n{proc.stderr[-3000:]}"
