@@ -50,38 +50,25 @@ def kill_after_table_commit(context) -> None:
         faults.disarm()   # the environment is read again at the next point
 
 
-with DAG("tbl_deploy", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
-         default_args={"retries": 1, "retry_delay": timedelta(seconds=0.2)},
-         tags=["airflow-commit-provider-tests"]) as tbl_deploy:
-    for stage, table in (("delta", {"table_format": "delta"}),
-                         ("iceberg", {"table_format": "iceberg", "table_name": "deploy.events"})):
-        with TaskGroup(stage):
-            shared = {"target": os.path.join(ROOT, "tbl_deploy", stage), "mode": "append", "partition_by": "day",
-                      "job_name": stage, **table}
-            setup = CommitSetupOperator(task_id="setup", **shared)
-            write = CommitWriteOperator.partial(task_id="write", python_callable=shard_rows, **shared).expand(
-                op_kwargs=[{"shard": n} for n in range(SHARDS)])
-            commit = CommitJobOperator(task_id="commit", write_task_id=f"{stage}.write",
-                                       pre_execute=kill_after_table_commit, **shared)
-            abort = CommitAbortOperator(task_id="abort", commit_task_id=f"{stage}.commit", **shared)
-            setup >> write >> commit >> abort.as_teardown(setups=setup)
-
-
-with DAG("tbl_clear", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
-         default_args={"retries": 1, "retry_delay": timedelta(seconds=0.2)},
-         tags=["airflow-commit-provider-tests"]) as tbl_clear:
-    for stage, table in (("delta", {"table_format": "delta"}),
-                         ("iceberg", {"table_format": "iceberg", "table_name": "clear.events"})):
-        with TaskGroup(stage):
-            shared = {"target": os.path.join(ROOT, "tbl_clear", stage), "mode": "append", "partition_by": "day",
-                      "job_name": stage, **table}
-            setup = CommitSetupOperator(task_id="setup", **shared)
-            write = CommitWriteOperator.partial(task_id="write", python_callable=shard_rows, **shared).expand(
-                op_kwargs=[{"shard": n} for n in range(SHARDS)])
-            commit = CommitJobOperator(task_id="commit", write_task_id=f"{stage}.write",
-                                       pre_execute=kill_after_table_commit, **shared)
-            abort = CommitAbortOperator(task_id="abort", commit_task_id=f"{stage}.commit", **shared)
-            setup >> write >> commit >> abort.as_teardown(setups=setup)
+# tbl_deploy: a failing write try, a commit killed after its transaction, a clear after success; tbl_clear: a run
+# that fails (one shard fails every try), then cleared (tests/deployment/test_real_deployment.py)
+for _dag_id, _namespace in (("tbl_deploy", "deploy"), ("tbl_clear", "clear")):
+    with DAG(_dag_id, schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
+             default_args={"retries": 1, "retry_delay": timedelta(seconds=0.2)},
+             tags=["airflow-commit-provider-tests"]) as _dag:
+        for stage, table in (("delta", {"table_format": "delta"}),
+                             ("iceberg", {"table_format": "iceberg", "table_name": f"{_namespace}.events"})):
+            with TaskGroup(stage):
+                shared = {"target": os.path.join(ROOT, _dag_id, stage), "mode": "append", "partition_by": "day",
+                          "job_name": stage, **table}
+                setup = CommitSetupOperator(task_id="setup", **shared)
+                write = CommitWriteOperator.partial(task_id="write", python_callable=shard_rows, **shared).expand(
+                    op_kwargs=[{"shard": n} for n in range(SHARDS)])
+                commit = CommitJobOperator(task_id="commit", write_task_id=f"{stage}.write",
+                                           pre_execute=kill_after_table_commit, **shared)
+                abort = CommitAbortOperator(task_id="abort", commit_task_id=f"{stage}.commit", **shared)
+                setup >> write >> commit >> abort.as_teardown(setups=setup)
+    globals()[_dag_id] = _dag
 
 
 #: the Airflow connection of ``tbl_s3``: the only place its S3 endpoint and credentials are given
