@@ -47,6 +47,9 @@ class Job:
         self.publisher: Publisher = publisher_for(config, store, self.layout, self.job_id, self.commit_threads)
         #: mode ``error``: which job owns the target (:mod:`.targetclaim`); ``None`` in the other modes
         self.target_claim = TargetClaim(store, self.layout) if self.mode.claims_target else None
+        #: the job record last read (its bytes and the record), and the last one found to match this job
+        self._last_job: tuple[bytes, JobRecord] | None = None
+        self._checked: JobRecord | None = None
 
     # ------------------------------------------------------------------ identity
     def identity(self) -> dict[str, object]:
@@ -73,8 +76,18 @@ class Job:
 
     # ------------------------------------------------------------------ record reads
     def job_record(self) -> JobRecord | None:
-        """The current generation's job record, or ``None`` (never set up, or committed and cleaned up)."""
-        return JobRecord.read(self.store, self.layout.job_record)
+        """The current generation's job record, or ``None`` (never set up, or committed and cleaned up).
+
+        Read from the store every time (the generation may change between two steps of one attempt); parsed and
+        checked only when its bytes differ from the last read's, since a task attempt reads it at set-up and again
+        at commit."""
+        try:
+            data = self.store.read_bytes(self.layout.job_record)
+        except FileNotFoundError:
+            return None
+        if self._last_job is None or self._last_job[0] != data:
+            self._last_job = (data, JobRecord.from_json(data, self.store.url(self.layout.job_record)))
+        return self._last_job[1]
 
     def commit_log(self) -> CommitLog | None:
         """The job's commit log (``_commits/<job>.json``): the last committed generation's manifest."""
@@ -111,7 +124,9 @@ class Job:
                     "only through setup_job()")
             raise JobNotSetUp(f"job {self.job_id} has no job record at {self.store.url(self.layout.job_record)}; "
                               "run setup_job() first")
-        self.check_config(record)
+        if record is not self._checked:   # a record is immutable: checked once
+            self.check_config(record)
+            self._checked = record
         return record
 
     def app_attempts(self, record: JobRecord, names: Iterable[str] | None = None) -> list[int]:
