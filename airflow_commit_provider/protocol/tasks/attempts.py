@@ -100,7 +100,8 @@ class TaskAttempts:
                 log.warning("task %d: attempt %d (a try that was killed, lost or is still running as a zombie) is "
                             "now recorded failed and fenced: it can never commit, its files were removed",
                             task, trace.attempt)
-        self.store.makedirs(ta.work_dir)
+        if not self.store.has_directories:   # where directories exist, the ledger's trace made it already
+            self.store.makedirs(ta.work_dir)
         inject("setup_task.after_dir")
         return ta
 
