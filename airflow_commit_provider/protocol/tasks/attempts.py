@@ -136,6 +136,17 @@ class TaskAttempts:
             return
         self.publisher.discard(ta.work_dir)
 
+    def leave_committed_job(self, ta: TaskAttemptContext) -> None:
+        """Remove what attempt *ta* wrote after its job committed and was cleaned up (a try set up before the
+        commit, asking after it: :class:`~.errors.JobAlreadyCommitted`), and the directories its writes re-created
+        under the job, up to ``_temporary``; it records nothing (no fate: no record of the job is left to guard).
+        Its application attempt's directory is never a later generation's, which starts after every application
+        attempt number in use (:func:`~.jobsetup.create_job_record`)."""
+        self.publisher.discard(ta.work_dir)
+        parent = partition_of(ta.work_dir)
+        while parent and self.store.remove_dir_if_empty(parent):
+            parent = partition_of(parent)
+
     # ------------------------------------------------------------------ the commit decision
     def denied(self, ta: TaskAttemptContext, why: str, **details: Any) -> CommitDenied:
         """Remove the attempt's files (:meth:`discard`) and return the denial to raise: no refusal of a commit
