@@ -328,6 +328,28 @@ def test_a_zombie_woken_after_the_job_committed_leaves_nothing_behind(root, algo
     assert {r["attempt"] for r in sc.read_rows(root)} == {2}
 
 
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_a_zombie_failing_after_the_job_committed_leaves_nothing_behind(root, algorithm):
+    """A try set up before its job committed and cleaned up whose own code fails when it wakes is aborted: it
+    removes what it wrote and the directories its writes re-created, and records no failure there (a claim in a
+    committed job's re-created directories is hidden garbage nothing would remove)."""
+    c = make(root, algorithm=algorithm)
+    c.setup_job()
+    zombie = FileOutputCommitter(root, "job", mode="append", partition_by=["day"], algorithm=algorithm)
+
+    def wake_after_the_commit_and_fail(w):
+        assert run_task_attempt(c, 0, 2, produce(0, 2)).status == "committed"
+        c.commit_job(1)
+        w.write(sc.task_table(0, 1))   # the zombie writes on (re-creating the job's directories), then fails
+        raise ValueError("the zombie's code fails")
+
+    with pytest.raises(ValueError, match="the zombie's code fails"):
+        run_task_attempt(zombie, 0, 1, wake_after_the_commit_and_fail)
+    assert not c.store.exists("_temporary"), c.store.list_files("_temporary")
+    assert sorted(sc.visible_files(root)) == sorted(f["path"] for f in read_success_marker(root)["files"])
+    assert {r["attempt"] for r in sc.read_rows(root)} == {2}
+
+
 def test_commit_job_twice_is_idempotent(root):
     c = make(root)
     c.setup_job()
