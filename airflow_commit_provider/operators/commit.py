@@ -530,6 +530,7 @@ class CommitJobOperator(CommitLineageMixin, CommitBaseOperator):
 
     def _commit(self, context: Mapping[str, Any]) -> dict[str, Any]:
         committer = self.committer(context)
+        self._check_shards(committer)   # the expected count is in tasks of this N: the DAG may have changed since
         expected = self._expected(context)
         # the records' deletion is left to the teardown, which runs next anyway: downstream tasks do not wait for it
         manifest = committer.commit_job(expected, defer_cleanup=True)

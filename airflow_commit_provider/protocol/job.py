@@ -85,9 +85,11 @@ class Job:
             data = self.store.read_bytes(self.layout.job_record)
         except FileNotFoundError:
             return None
-        if self._last_job is None or self._last_job[0] != data:
-            self._last_job = (data, JobRecord.from_json(data, self.store.url(self.layout.job_record)))
-        return self._last_job[1]
+        last = self._last_job   # read once: threads share the Job, and another may store an older record meanwhile
+        if last is None or last[0] != data:
+            last = (data, JobRecord.from_json(data, self.store.url(self.layout.job_record)))
+            self._last_job = last
+        return last[1]
 
     def commit_log(self) -> CommitLog | None:
         """The job's commit log (``_commits/<job>.json``): the last committed generation's manifest."""

@@ -138,3 +138,38 @@ def test_check_job_shards_names_both_values():
         check_job_shards({"shards_per_task": 4}, 2, "j", "w")
     with pytest.raises(InvalidOutputSpec, match=r"shards_per_task=1, this write has shards_per_task=3"):
         check_job_shards({}, 3, "j", "w")
+
+
+@pytest.mark.parametrize("before,after", [(2, 1), (1, 2)])
+def test_a_job_commit_refuses_a_shards_per_task_changed_since_the_setup(tmp_path, before, after):
+    """The commit task counts the job's tasks as write task instances x ``shards_per_task``: a commit that runs
+    after the DAG changed N (the setup and the writes ran before the edit, the commit after it: a retry, a queue)
+    would commit the wrong tasks. From N=2 to 1 it committed half of them (the others' rows silently left out, and
+    ``success``). It refuses, naming both values, with nothing committed; restored, the commit takes every row."""
+    from datetime import datetime
+
+    import pyarrow as pa
+
+    from airflow_commit_provider.operators.commit import CommitJobOperator, CommitSetupOperator
+    from airflow_commit_provider.protocol import run_task_attempt
+
+    root = str(tmp_path / "out")
+    with DAG("sh_commit_rekeyed", schedule=None, start_date=datetime(2024, 1, 1), catchup=False) as dag:
+        setup = CommitSetupOperator(task_id="setup", target=root, job_name="s", mode="append",
+                                    shards_per_task=before)
+        commits = {n: CommitJobOperator(task_id=f"commit{n}", target=root, job_name="s", mode="append",
+                                        shards_per_task=n, expected_tasks=1) for n in {before, after}}
+    context = {"dag": dag, "run_id": "r1"}
+    committer = setup.committer(context)   # what the setup task sets up (its labels keep N)
+    committer.setup_job()
+    for task in range(before):   # the one write task instance's shards, as its write runs them
+        assert run_task_attempt(committer, task, 1, lambda w, t=task: w.write(pa.table({"x": [t]}))).status \
+            == "committed"
+    from airflow.sdk.exceptions import AirflowFailException
+
+    with pytest.raises(AirflowFailException, match=rf"InvalidOutputSpec: CommitJobOperator 'commit{after}': job "
+                       rf"\S+ was set up with shards_per_task={before}, this write has shards_per_task={after}\."):
+        commits[after].execute(context)
+    assert not (tmp_path / "out" / "_SUCCESS").exists() and sc.read_rows(root) == []
+    commits[before].execute(context)
+    assert sorted(r["x"] for r in sc.read_rows(root)) == list(range(before))

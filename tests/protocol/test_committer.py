@@ -328,6 +328,74 @@ def test_a_zombie_woken_after_the_job_committed_leaves_nothing_behind(root, algo
     assert {r["attempt"] for r in sc.read_rows(root)} == {2}
 
 
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_a_zombie_failing_after_the_job_committed_leaves_nothing_behind(root, algorithm):
+    """A try set up before its job committed and cleaned up whose own code fails when it wakes is aborted: it
+    removes what it wrote and the directories its writes re-created, and records no failure there (a claim in a
+    committed job's re-created directories is hidden garbage nothing would remove)."""
+    c = make(root, algorithm=algorithm)
+    c.setup_job()
+    zombie = FileOutputCommitter(root, "job", mode="append", partition_by=["day"], algorithm=algorithm)
+
+    def wake_after_the_commit_and_fail(w):
+        assert run_task_attempt(c, 0, 2, produce(0, 2)).status == "committed"
+        c.commit_job(1)
+        w.write(sc.task_table(0, 1))   # the zombie writes on (re-creating the job's directories), then fails
+        raise ValueError("the zombie's code fails")
+
+    with pytest.raises(ValueError, match="the zombie's code fails"):
+        run_task_attempt(zombie, 0, 1, wake_after_the_commit_and_fail)
+    assert not c.store.exists("_temporary"), c.store.list_files("_temporary")
+    assert sorted(sc.visible_files(root)) == sorted(f["path"] for f in read_success_marker(root)["files"])
+    assert {r["attempt"] for r in sc.read_rows(root)} == {2}
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_a_zombie_woken_after_the_job_committed_never_touches_the_next_generation(tmp_path, algorithm):
+    """A zombie of a committed generation leaves (its files and the directories it re-created go) while the next
+    generation is set up and running: set up just after the zombie found the job committed and before it left.
+    Nothing of the new generation goes (its application attempt, records, a running attempt's files), and the
+    new generation commits exactly its own rows."""
+    from airflow_commit_provider.protocol.stores import LocalStore
+
+    root = str(tmp_path / "out")
+    c = make(root, algorithm=algorithm)
+    c.setup_job()
+    seen: dict = {}
+
+    class NextGenerationStore(LocalStore):
+        """Sets up the next generation when the zombie reads the commit log (it has found no job record)."""
+
+        def read_bytes(self, rel):
+            data = super().read_bytes(rel)
+            if rel == c.layout.commit_log and not seen:
+                g2 = make(root, algorithm=algorithm)
+                seen["uuid"] = g2.setup_job().job_uuid
+                assert run_task_attempt(g2, 1, 1, produce(1, 1)).status == "committed"
+                seen["g2"], seen["running"] = g2, write_attempt(g2, 0, 1)
+                # all but the zombie's own files (in its generation's first application attempt)
+                seen["files"] = {f for f in sc.all_files(root) if not f.startswith(c.layout.attempt_dir(0, 0, 1))}
+            return data
+
+    zombie = make(NextGenerationStore(root, durable=False), algorithm=algorithm)
+
+    def wake_after_the_commit(w):
+        assert run_task_attempt(c, 0, 2, produce(0, 2)).status == "committed"
+        c.commit_job(1)
+        w.write(sc.task_table(0, 1))
+
+    out = run_task_attempt(zombie, 0, 1, wake_after_the_commit)
+    assert out.status == "already_committed" and out.record["attempt"] == 2
+    assert seen["files"] <= set(sc.all_files(root)), seen["files"] - set(sc.all_files(root))
+    g2, (ta, rows) = seen["g2"], seen["running"]
+    assert ta.app_attempt > 0, "the new generation starts after the committed one's application attempts"
+    g2.commit_task(ta, rows)
+    assert g2.commit_job(2)["job_uuid"] == seen["uuid"]
+    assert sorted((r["task"], r["attempt"]) for r in sc.read_rows(root)) == sorted(
+        [(0, 1)] * sc.ROWS + [(1, 1)] * sc.ROWS), "the new generation's rows, once each"
+    assert not c.store.exists("_temporary"), c.store.list_files("_temporary")
+
+
 def test_commit_job_twice_is_idempotent(root):
     c = make(root)
     c.setup_job()

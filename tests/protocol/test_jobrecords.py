@@ -286,3 +286,70 @@ def test_compaction_input_corruption_is_named(change, message):
     with pytest.raises(CorruptRecord, match=WHERE.replace(".", r"\.")) as err:
         JobRecord.from_json(json.dumps(doc).encode(), WHERE)
     assert message in str(err.value)
+
+
+def test_a_thread_gets_the_job_record_it_read_while_another_thread_reads_an_older_one(tmp_path):
+    """The Job keeps the last record it parsed, shared by the threads that use it (shards, a commit's pool). A
+    thread must get the generation whose bytes it read: another thread that read the previous generation's bytes
+    earlier, and stores them while this one is between its read and its return, must not hand this one that
+    older record (a try set up against it would take the newer generation's application attempt and fence its
+    attempts). Both threads are paused at the exact step, with events: one inside its read, the other at the line
+    that returns the record."""
+    import sys
+    import threading
+
+    from airflow_commit_provider.protocol.job import Job
+    from airflow_commit_provider.protocol.stores import LocalStore
+
+    class PausingStore(LocalStore):
+        """Pauses the thread named ``slow`` just after it read the job record's bytes."""
+
+        def __init__(self, root: str) -> None:
+            super().__init__(root, durable=False)
+            self.read_done, self.resume = threading.Event(), threading.Event()
+
+        def read_bytes(self, rel: str) -> bytes:
+            data = super().read_bytes(rel)
+            if threading.current_thread().name == "slow" and rel.endswith("_job.json"):
+                self.read_done.set()
+                assert self.resume.wait(30)
+            return data
+
+    root = str(tmp_path / "out")
+    store = PausingStore(root)
+    c = make_committer(store, "job", mode="append")
+    old = c.setup_job().job_uuid
+    got: dict[str, str] = {}
+    slow = threading.Thread(name="slow", target=lambda: got.update(slow=c.job.job_record().job_uuid))
+    slow.start()
+    assert store.read_done.wait(30)   # it holds the old generation's bytes
+    c.commit_job(0)
+    new = make_committer(root, "job", mode="append").setup_job().job_uuid
+    at_return, go = threading.Event(), threading.Event()
+    code = Job.job_record.__code__
+
+    def tracer(frame, event, arg):   # pause the fast thread at job_record's return line, after its read
+        if frame.f_code is not code:
+            return None
+
+        def line(frame, event, arg):
+            if event == "line" and frame.f_lineno > code.co_firstlineno and \
+                    open(code.co_filename).readlines()[frame.f_lineno - 1].strip().startswith("return"):
+                sys.settrace(None)
+                at_return.set()
+                assert go.wait(30)
+            return line
+        return line
+
+    def fast() -> None:
+        sys.settrace(tracer)
+        got["fast"] = c.job.job_record().job_uuid
+
+    fast_thread = threading.Thread(name="fast", target=fast)
+    fast_thread.start()
+    assert at_return.wait(30)   # it read (and parsed) the new generation's record
+    store.resume.set()
+    slow.join(30)               # the slow thread stores the old one
+    go.set()
+    fast_thread.join(30)
+    assert got == {"slow": old, "fast": new}, got

@@ -124,3 +124,30 @@ def test_an_attempt_written_with_partition_directories_still_commits(tmp_path):
     c.commit_task(ta, w.rows, sizes=w.sizes)
     c.commit_job(1)
     assert {p.name for p in (tmp_path / "out").iterdir() if p.is_dir()} >= {"p=1", "p=2"}
+
+
+class ShortNamesStore(LocalStore):
+    """A local store on a file system whose names are at most 143 bytes (eCryptfs), as ``name_max`` reports."""
+
+    name_max = 143
+
+
+def test_flat_names_follow_the_file_systems_name_limit(tmp_path):
+    """The limit is the file system's (``pathconf``), not ext4's 255: where names are shorter, a flat name
+    between the two limits keeps its partition directory instead of failing with ENAMETOOLONG."""
+    import os
+
+    assert LocalStore(str(tmp_path / "not-yet")).name_max == os.pathconf(tmp_path, "PC_NAME_MAX")
+    c = make_committer(ShortNamesStore(str(tmp_path / "out")), "job", mode="append")
+    c.setup_job()
+    ta = c.setup_task(0, 1)
+    with TaskAttemptWriter(c, ta) as w:
+        for name, value in (("a.dat", "v" * 140), ("b.dat", "short")):   # flat: 153 bytes, and 21
+            with w.open_file(name, partition={"p": value}) as fh:
+                fh.write(name.encode())
+    dirs, files = _tree(tmp_path / "out" / ta.work_dir)
+    assert dirs == {f"p={'v' * 140}"} and "_p.p=short%2Fb.dat" in files, (dirs, files)
+    c.commit_task(ta, w.rows, sizes=w.sizes)
+    c.commit_job(1)
+    assert (tmp_path / "out" / f"p={'v' * 140}" / "a.dat").read_bytes() == b"a.dat"
+    assert (tmp_path / "out" / "p=short" / "b.dat").read_bytes() == b"b.dat"

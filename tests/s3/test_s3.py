@@ -162,6 +162,30 @@ def test_denied_magic_attempt_aborts_its_uploads(bucket):
     assert {r["attempt"] for r in sc.read_rows(root)} == {1}
 
 
+def test_a_magic_zombie_whose_upload_the_job_commit_aborted_leaves_nothing_behind(bucket):
+    """A try set up before its job committed has an upload open; the job commit aborts it (an upload of the job
+    that no record lists), so the try's next write fails when it wakes. Its abort removes what it wrote and the
+    directories it re-created, records nothing under the committed job, and leaves no upload pending."""
+    root = f"s3://{bucket}/late"
+    c = make(root, "magic")
+    c.setup_job()
+    zombie = make(root, "magic")
+
+    def wake_after_the_commit(w):
+        fh = w.open_file(partition={"day": "d0"})
+        fh.write(b"x" * 100)
+        assert run_task_attempt(c, 0, 2, produce(0, 2)).status == "committed"
+        c.commit_job(1)
+        fh.write(b"y")
+        fh.close()   # its upload is gone
+
+    with pytest.raises(OSError):
+        run_task_attempt(zombie, 0, 1, wake_after_the_commit)
+    assert not [f for f in sc.all_files(root) if f.startswith("_temporary")], sc.all_files(root)
+    assert pending_uploads(bucket) == []
+    assert {r["attempt"] for r in sc.read_rows(root)} == {2}
+
+
 def test_magic_needs_s3(tmp_path):
     with pytest.raises(StorageCapabilityError, match="magic committer needs S3"):
         make_committer(str(tmp_path), "job", algorithm="magic")

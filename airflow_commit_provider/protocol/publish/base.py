@@ -22,17 +22,13 @@ from ..records.task import FileEntry, TaskCommitRecord
 #: partition (the application attempt's ``_committed`` tree and the output have them, made once per job). No
 #: name a user gives can start with ``_`` (:func:`~.paths.check_relative`), so the two kinds never mix up.
 FLAT_PREFIX = "_p."
-#: the longest file name a local file system takes; a longer flat name keeps its partition directories
-_NAME_MAX = 255
-
-
-def flat_name(rel: str) -> str:
-    """The name a partitioned file *rel* has in an attempt's directory (*rel* itself when it has no directory, or
-    when the flat name would be too long for a file system)."""
+def flat_name(rel: str, name_max: int = 255) -> str:
+    """The name a partitioned file *rel* has in an attempt's directory: *rel* itself when it has no directory, or
+    when the flat name would be longer than the file system's longest name (*name_max* bytes)."""
     if "/" not in rel:
         return rel
     name = FLAT_PREFIX + rel.replace("%", "%25").replace("/", "%2F")
-    return name if len(name.encode()) <= _NAME_MAX else rel
+    return name if len(name.encode()) <= name_max else rel
 
 
 def stored_paths(names: Iterable[str]) -> dict[str, str]:
@@ -79,7 +75,7 @@ class Publisher:
     # ------------------------------------------------------------------ task side
     def open_task_file(self, work_dir: str, rel: str) -> Any:
         """A writable binary file for *rel* (relative to the output root) in an attempt's work directory."""
-        stored = flat_name(rel) if self.flat_attempts and self.store.has_directories else rel
+        stored = flat_name(rel, self.store.name_max) if self.flat_attempts and self.store.has_directories else rel
         return self.store.open_write(f"{work_dir}/{stored}")
 
     def attempt_files(self, work_dir: str, task: int, rows: Mapping[str, int | None]) -> list[FileEntry]:

@@ -29,6 +29,8 @@ class Store(ABC):
     #: ``True`` when a directory exists on its own, empty or not (the local disk); ``False`` where a "directory" is
     #: a prefix of the names under it (object stores)
     has_directories: bool = False
+    #: the longest name (bytes) of one path component the store takes
+    name_max: int = 255
     protocol: str = ""
 
     @abstractmethod

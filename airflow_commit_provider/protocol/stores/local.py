@@ -10,6 +10,7 @@ fails with ``EXDEV`` half way through a commit.
 from __future__ import annotations
 
 import contextlib
+import functools
 import errno
 import os
 import re
@@ -45,6 +46,18 @@ class LocalStore(Store):
         #: ``False`` for scratch targets: nothing is fsynced, a power cut may then lose committed output
         self.durable = durable
         self._sync = DirSync(durable)
+
+    @functools.cached_property
+    def name_max(self) -> int:  # type: ignore[override]
+        """The file system's longest name (255 on ext4, xfs, btrfs, tmpfs; 143 on eCryptfs), from the nearest
+        existing directory at or above the root."""
+        head = self.root
+        while not os.path.isdir(head) and os.path.dirname(head) != head:
+            head = os.path.dirname(head)
+        try:
+            return int(os.pathconf(head, "PC_NAME_MAX"))
+        except (OSError, ValueError):
+            return 255
 
     def _p(self, rel: str) -> str:
         # rel is "/"-separated and checked (paths.check_relative); plain concatenation is the hot path of a commit

@@ -119,6 +119,11 @@ class TaskAttempts:
             return self._abort(ta)
 
     def _abort(self, ta: TaskAttemptContext) -> bool:
+        if self.job.job_record() is None and self.job.commit_log() is not None:
+            # the job committed and was cleaned up after this try was set up (a zombie whose code failed when it
+            # woke): nothing is left to fence, and a claim would re-create the job's directories
+            self.leave_committed_job(ta)
+            return True
         if self.ledger.claim(ta.app_attempt, ta.task, ta.attempt, FAILED) != FAILED:
             return False
         inject("abort_task.after_marker")
@@ -138,8 +143,9 @@ class TaskAttempts:
 
     def leave_committed_job(self, ta: TaskAttemptContext) -> None:
         """Remove what attempt *ta* wrote after its job committed and was cleaned up (a try set up before the
-        commit, asking after it: :class:`~.errors.JobAlreadyCommitted`), and the directories its writes re-created
-        under the job, up to ``_temporary``; it records nothing (no fate: no record of the job is left to guard).
+        commit, asking after it: :class:`~.errors.JobAlreadyCommitted`, or aborted after it), and the directories
+        its writes re-created under the job, up to ``_temporary``; it records nothing (no fate: no record of the
+        job is left to guard).
         Its application attempt's directory is never a later generation's, which starts after every application
         attempt number in use (:func:`~.jobsetup.create_job_record`)."""
         self.publisher.discard(ta.work_dir)
