@@ -304,11 +304,14 @@ class CommitBaseOperator(BaseOperator):
             catalog = {**hook.iceberg_file_io_options(catalog.get("warehouse") or location), **catalog}
         return table_target("iceberg", location, table_name=self.table_name, catalog=catalog)
 
-    def _check_shards(self, committer: FileOutputCommitter) -> None:
-        """The job was set up with this stage's ``shards_per_task`` (:func:`~.shards.check_job_shards`)."""
+    def _check_shards(self, committer: FileOutputCommitter, *, before_setup: bool = False) -> None:
+        """The job was set up with this stage's ``shards_per_task`` (:func:`~.shards.check_job_shards`);
+        *before_setup*: a job not set up yet (or committed: a new generation) passes, it takes this stage's."""
         try:
-            record = committer.job.require_job()
+            record = committer.job.job_record() if before_setup else committer.job.require_job()
         except JobAlreadyCommitted:   # a late try after the commit: it runs nothing, whatever its shards
+            return
+        if record is None:
             return
         check_job_shards(record.labels, self.shards_per_task, committer.job_id, f"{type(self).__name__} "
                                                                                 f"{self.task_id!r}")
@@ -340,8 +343,9 @@ class CommitSetupOperator(CommitBaseOperator):
 
     def _setup(self, context: Mapping[str, Any]) -> dict[str, Any]:
         committer = self.committer(context)
+        # before setup_job, which would open a new application attempt (fencing the older one's tries) first
+        self._check_shards(committer, before_setup=True)
         job = committer.setup_job()
-        self._check_shards(committer)
         setup = SetupContext.from_job(job, job_name=self._job_name(), target=committer.store.url(),
                                       conn_id=self.conn_id, algorithm=committer.algorithm_name,
                                       algorithm_value=self.algorithm, mode=committer.mode,

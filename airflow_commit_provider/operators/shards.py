@@ -67,7 +67,7 @@ def check_job_shards(labels: Mapping[str, Any], shards_per_task: int, job_id: st
     recorded = labels.get("shards_per_task", 1)
     if recorded != shards_per_task:
         raise InvalidOutputSpec(
-            f"{owner}: job {job_id} was set up with shards_per_task={recorded}, this write has shards_per_task="
+            f"{owner}: job {job_id} was set up with shards_per_task={recorded}, this stage has shards_per_task="
             f"{shards_per_task}. Its protocol tasks are numbered by it (map index x shards_per_task + shard), so "
             "it cannot change within a job: restore shards_per_task, or start another job (a new run, or "
             "another job_key)")

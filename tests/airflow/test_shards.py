@@ -124,6 +124,8 @@ def test_a_job_refuses_a_write_whose_shards_per_task_changed(dags):
     assert st["write.setup[-1]"][0] == "failed" and st["write.setup[-1]"][1] == 1, \
         "a deterministic error: no retry"
     assert calls("sh_rekeyed") == {}, "no user code ran"
+    apps = [p.name for p in (TEST_ROOT / "sh_rekeyed" / "_temporary").glob("*/*") if p.name.isdigit()]
+    assert len(apps) == 1, f"refused before it opened an application attempt: {apps}"
     assert not (TEST_ROOT / "sh_rekeyed" / "_SUCCESS").exists()
     assert sc.read_rows(str(TEST_ROOT / "sh_rekeyed")) == []
 
@@ -133,10 +135,10 @@ def test_check_job_shards_names_both_values():
 
     check_job_shards({}, 1, "j", "w")   # an unsharded (or earlier) job record has no label
     check_job_shards({"shards_per_task": 4}, 4, "j", "w")
-    with pytest.raises(InvalidOutputSpec, match=r"w: job j was set up with shards_per_task=4, this write has "
+    with pytest.raises(InvalidOutputSpec, match=r"w: job j was set up with shards_per_task=4, this stage has "
                                                 r"shards_per_task=2"):
         check_job_shards({"shards_per_task": 4}, 2, "j", "w")
-    with pytest.raises(InvalidOutputSpec, match=r"shards_per_task=1, this write has shards_per_task=3"):
+    with pytest.raises(InvalidOutputSpec, match=r"shards_per_task=1, this stage has shards_per_task=3"):
         check_job_shards({}, 3, "j", "w")
 
 
@@ -168,7 +170,7 @@ def test_a_job_commit_refuses_a_shards_per_task_changed_since_the_setup(tmp_path
     from airflow.sdk.exceptions import AirflowFailException
 
     with pytest.raises(AirflowFailException, match=rf"InvalidOutputSpec: CommitJobOperator 'commit{after}': job "
-                       rf"\S+ was set up with shards_per_task={before}, this write has shards_per_task={after}\."):
+                       rf"\S+ was set up with shards_per_task={before}, this stage has shards_per_task={after}\."):
         commits[after].execute(context)
     assert not (tmp_path / "out" / "_SUCCESS").exists() and sc.read_rows(root) == []
     commits[before].execute(context)
