@@ -147,6 +147,23 @@ class S3Store(FsspecStore):
         self.fs.invalidate_cache()
         return super().list_dir(rel)
 
+    def list_dir_digests(self, rel: str) -> dict[str, str | None]:
+        """One listing, as :meth:`list_dir`; an ETag is an MD5 only for an object written in one request (a
+        multipart one's ends in ``-<parts>``; under SSE-KMS or SSE-C it is no MD5 at all, and then simply never
+        matches one)."""
+        self._hook()
+        self.fs.invalidate_cache()
+        try:
+            entries = self.fs.ls(self._p(rel), detail=True)
+        except FileNotFoundError:
+            return {}
+        out: dict[str, str | None] = {}
+        for info in entries:
+            etag = info.get("ETag") if info.get("type") != "directory" else None
+            digest = etag.strip('"') if isinstance(etag, str) else None
+            out[info["name"].rstrip("/").rsplit("/", 1)[-1]] = digest if digest and "-" not in digest else None
+        return out
+
     def list_dir_prefix(self, rel: str, prefix: str) -> list[str]:
         """ListObjectsV2 with the prefix: only the matching names, however many siblings they have."""
         base = self.key(rel).rstrip("/") + "/" if rel or self.prefix else ""

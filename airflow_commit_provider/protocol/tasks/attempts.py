@@ -158,11 +158,14 @@ class TaskAttempts:
     def _commit(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None,
                 sizes: Mapping[str, int] | None) -> dict[str, Any]:
         inject("commit_task.before_record")
-        job = self.job.require_job()
+        # The generation, the plan and the application attempt may all have changed since the set-up: read again,
+        # from one listing of the job directory (the job record itself only when the listing says it changed).
+        listing = self.store.list_dir_digests(self.layout.job_dir)
+        job = self.job.job_record_as_listed(listing)
         if ta.job_uuid != job.job_uuid:
             raise self.denied(ta, f"task attempt {ta.name} belongs to job generation {ta.job_uuid}, the job is "
                                   f"now {job.job_uuid}; its files were removed")
-        plan, current = self.job.plan_and_app_attempt(job)
+        plan, current = self.job.plan_and_app_attempt(job, listing)
         if plan is not None:
             rec = self.record(plan.app_attempt, ta.task, ta.job_uuid) if ta.task in plan.tasks else None
             if rec is not None and rec.attempt == ta.attempt and rec.app_attempt == ta.app_attempt:
