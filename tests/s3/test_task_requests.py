@@ -81,7 +81,7 @@ _SETUP_AND_COMMIT = {"GetObject": 2, "ListObjectsV2": 3, "PutObject": 1, "PutObj
 #: the record from the uploads it holds
 EXPECTED = {
     1: {**_SETUP_AND_COMMIT, "ListObjectsV2": 4, "PutObject": 3},
-    "magic": {**_SETUP_AND_COMMIT, "ListObjectsV2": 4, "PutObject": 3, "CreateMultipartUpload": 2, "UploadPart": 2},
+    "magic": {**_SETUP_AND_COMMIT, "CreateMultipartUpload": 2, "UploadPart": 2},
 }
 
 
@@ -111,6 +111,15 @@ def test_commit_reads_a_changed_job_record_again(committed_neighbour):
     c.store.write_bytes(c.layout.job_record, json.dumps(doc).encode())
     with pytest.raises(CommitDenied, match="another-generation"):
         c.commit_task(ta, {})
+
+
+def test_magic_writes_nothing_per_file_but_its_upload(committed_neighbour):
+    """The record comes from the uploads the committer holds: no ``.pending`` description per file, no listing of
+    the attempt's directory (which stays empty)."""
+    c = committed_neighbour("magic")
+    seen = one_task(c)
+    assert not [k for _, k in seen.keys if ".pending" in k or "/_temporary/attempt_" in k], seen.keys
+    assert seen.ops["CreateMultipartUpload"] == seen.ops["UploadPart"] == 2
 
 
 def test_an_application_attempt_without_its_entry_is_looked_up(committed_neighbour):

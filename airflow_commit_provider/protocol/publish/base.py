@@ -30,6 +30,9 @@ class Publisher:
     keeps_committed = True
     #: whether a task commit's effect continues after its record (:meth:`complete_task_commit` does something)
     moves_after_record = False
+    #: whether an attempt's files are pending uploads that only :meth:`task_uploads` lists (magic), not files in
+    #: its directory
+    has_uploads = False
 
     @property
     def publishes_at_task_commit(self) -> bool:
@@ -67,16 +70,31 @@ class Publisher:
         except Exception:  # not a Parquet file after all: rows unknown
             return None
 
-    def discard(self, work_dir: str) -> None:
-        """Remove everything an attempt wrote (it was denied, failed or is stale)."""
+    def begin_attempt(self, work_dir: str) -> None:
+        """An attempt with this work directory is set up by this committer (the magic committer holds its uploads
+        from now on)."""
+
+    def discard(self, work_dir: str) -> bool:
+        """Remove everything an attempt wrote (it was denied, failed or is stale); ``False`` when some of it may
+        lie outside the directory where only :meth:`task_uploads` finds it (magic: an attempt another process
+        wrote)."""
         self.store.delete_tree(work_dir)
+        return True
+
+    def task_uploads(self, file_prefix: str) -> list[tuple[str, str]]:
+        """Pending uploads (path, upload id) of one task's files, whichever attempt started them (only the magic
+        committer has any)."""
+        return []
+
+    def abort_uploads(self, uploads: Sequence[tuple[str, str]]) -> None:
+        """Abort uploads :meth:`task_uploads` returned (there are none but the magic committer's)."""
 
     def data_dir(self, app: int, work_dir: str) -> str:
         """Where a committed attempt's files lie until job commit (the record says it): ``""`` is the output."""
         return work_dir
 
     def pending_uploads(self, work_dir: str) -> set[str]:
-        """Upload ids an attempt holds open outside its directory (only the magic committer has any)."""
+        """Upload ids an earlier release's attempt described in its directory (only the magic committer's)."""
         return set()
 
     def clobbered(self, paths: Sequence[str]) -> list[str]:
