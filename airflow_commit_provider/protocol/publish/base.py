@@ -190,11 +190,21 @@ def complete_moves(store: Store, job_id: str, rec: TaskCommitRecord, dst_dir: st
     moves = [f for f in rec.files if f.path in remaining]
     if moves and not dst_dir:
         withdraw_markers(store, marker_dirs_above(f.path for f in moves))  # durable before the first move
-    with store.batch():  # the new names durable together, before the attempt directory goes
-        for f in moves:
-            if move_once(store, job_id, f"{src}/{f.path}", f"{dst_dir}/{f.path}" if dst_dir else f.path,
-                         f.size, replace=replace):
-                inject("commit_task.mid_move")
+    if replace:
+        # the store's own idempotent publication (S3: the copies, then the sources deleted 1,000 a request, not
+        # one DeleteObject per file; a crash in between copies again from the sources that are still there)
+        try:
+            store.publish_files([(f"{src}/{f.path}", f"{dst_dir}/{f.path}" if dst_dir else f.path, f.size)
+                                 for f in moves], 1, lambda: inject("commit_task.mid_move"))
+        except FileNotFoundError as exc:
+            raise CorruptRecord(f"job {job_id}: {exc} is gone and its destination was never written; the data was "
+                                "deleted outside the protocol") from None
+    else:
+        with store.batch():  # the new names durable together, before the attempt directory goes
+            for f in moves:
+                if move_once(store, job_id, f"{src}/{f.path}", f"{dst_dir}/{f.path}" if dst_dir else f.path,
+                             f.size, replace=False):
+                    inject("commit_task.mid_move")
     if remaining:
         store.delete_tree(src)
 
