@@ -10,7 +10,9 @@ load hits both alike; figures are medians (``--quick``: one run, smaller sizes).
   directories fsynced) and with ``durable=False``; the durable one is also set against plain pyarrow that fsyncs
   each file and its directory, the durable floor. ``tasks_s`` is the task side only; ``job_commit_s`` follows it.
 - ``partitioned``: 8 tasks, each writing 100,000 rows over 100 partitions (``p=0`` .. ``p=99``), against
-  ``pq.write_to_dataset`` of the same tables (one file per partition per task, Hive directories).
+  ``pq.write_to_dataset`` of the same tables (one file per partition per task, Hive directories); the durable
+  one also against ``write_to_dataset`` that then fsyncs each task's files, its partition directories and the
+  root, the durable floor.
 - ``syscalls``: one task attempt of the one-file shape under ``strace -f`` (a child process; the system calls
   between two marker calls, over 100 tasks, divided by 100): all system calls, file creations (``open*`` with
   ``O_CREAT``), directories made and removed, links, renames, unlinks, fsyncs; plain pyarrow beside it. Skipped,
@@ -102,10 +104,19 @@ def ours_tasks(root: str, tasks: int, table: pa.Table, algorithm: Any = 1, parti
     return t1 - t0, time.perf_counter() - t1
 
 
-def plain_partitioned(root: str, tables: list[pa.Table]) -> None:
+def plain_partitioned(root: str, tables: list[pa.Table], durable: bool = False) -> None:
+    """``write_to_dataset`` per task; *durable*: then every file, partition directory and the root fsynced after
+    each task, the floor of a durable partitioned write."""
     for t, table in enumerate(tables):
         pq.write_to_dataset(table, root, partition_cols=["p"], basename_template=f"part-{t:05d}-{{i}}.parquet",
                             existing_data_behavior="overwrite_or_ignore")
+        if durable:
+            for d in os.scandir(root):
+                for f in os.scandir(d.path):
+                    if f.name.startswith(f"part-{t:05d}-"):
+                        fsync_path(f.path)
+                fsync_path(d.path)
+            fsync_path(root)
 
 
 def timed(fn: Callable[[], Any]) -> float:
@@ -168,12 +179,13 @@ def bench_partitioned(tasks: int, partitions: int, rows_per_task: int, runs: int
     tables = [table_of(rows_per_task, partitions, seed=t * rows_per_task) for t in range(tasks)]
     out = []
     for fs, where in file_systems():
-        got: dict[str, list[float]] = {"plain": [], "ours": [], "ours_durable": []}
+        got: dict[str, list[float]] = {"plain": [], "plain+fsync": [], "ours": [], "ours_durable": []}
         commits: dict[str, list[float]] = {"ours": [], "ours_durable": []}
         for _ in range(runs):
             base = tempfile.mkdtemp(prefix="bench-part-", dir=where)
             try:
                 got["plain"].append(timed(lambda: plain_partitioned(f"{base}/plain", tables)))
+                got["plain+fsync"].append(timed(lambda: plain_partitioned(f"{base}/plainsync", tables, True)))
                 for name, durable in (("ours", False), ("ours_durable", True)):
                     root = f"{base}/{name}"
                     make_committer(root, "bench", mode="append", partition_by=("p",),
@@ -187,12 +199,14 @@ def bench_partitioned(tasks: int, partitions: int, rows_per_task: int, runs: int
                         root, "bench", mode="append", partition_by=("p",), durable=durable).commit_job(tasks)))
             finally:
                 shutil.rmtree(base, ignore_errors=True)
-        plain = statistics.median(got["plain"])
+        plain, floor = statistics.median(got["plain"]), statistics.median(got["plain+fsync"])
         bench = f"{tasks} tasks x {partitions} partitions x {rows_per_task:,} rows (task side)"
         out += [row(bench, fs, "plain pyarrow write_to_dataset", got["plain"], plain),
+                row(bench, fs, "plain write_to_dataset + fsync", got["plain+fsync"], plain, x_durable_floor=1.0),
                 row(bench, fs, "ours v1 durable=False", got["ours"], plain,
                     job_commit_s=statistics.median(commits["ours"])),
                 row(bench, fs, "ours v1 (durable)", got["ours_durable"], plain,
+                    x_durable_floor=statistics.median(got["ours_durable"]) / floor,
                     job_commit_s=statistics.median(commits["ours_durable"]))]
     return out
 

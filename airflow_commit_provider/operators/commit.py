@@ -28,14 +28,15 @@ from airflow.sdk import BaseHook, BaseOperator
 
 from ..hooks.storage import CommitStorageHook
 from ..links.commit_status import CommitStatusLink, CommitTargetLink
-from ..protocol import CommitConfig, CommitDenied, FileOutputCommitter, InvalidOutputSpec, run_task_attempt
+from ..protocol import (CommitConfig, CommitDenied, FileOutputCommitter, InvalidOutputSpec, JobAlreadyCommitted,
+                        run_task_attempt)
 from ..protocol.config import check_threads, normalize_algorithm, partition_columns
 from ..protocol.modes import check_mode
 from ..protocol.tables import FORMATS as TABLE_FORMATS, TableTarget, table_target
 from .failures import DETERMINISTIC_ERRORS, fail_fast_on_deterministic_errors
 from .lineage import CommitLineageMixin
 from .setup_context import SetupContext
-from .shards import check_shard_callable, check_shards, run_shards
+from .shards import check_job_shards, check_shard_callable, check_shards, run_shards
 from .summary import CommitSummary
 
 #: Task state store key holding a write task's commit outcome (Airflow 3.3+: the task instance's "Storage" tab).
@@ -303,6 +304,15 @@ class CommitBaseOperator(BaseOperator):
             catalog = {**hook.iceberg_file_io_options(catalog.get("warehouse") or location), **catalog}
         return table_target("iceberg", location, table_name=self.table_name, catalog=catalog)
 
+    def _check_shards(self, committer: FileOutputCommitter) -> None:
+        """The job was set up with this stage's ``shards_per_task`` (:func:`~.shards.check_job_shards`)."""
+        try:
+            record = committer.job.require_job()
+        except JobAlreadyCommitted:   # a late try after the commit: it runs nothing, whatever its shards
+            return
+        check_job_shards(record.labels, self.shards_per_task, committer.job_id, f"{type(self).__name__} "
+                                                                                f"{self.task_id!r}")
+
     def committer(self, context: Mapping[str, Any]) -> FileOutputCommitter:
         labels = {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "job_name": self._job_name()}
         if self.job_key is not None:
@@ -331,6 +341,7 @@ class CommitSetupOperator(CommitBaseOperator):
     def _setup(self, context: Mapping[str, Any]) -> dict[str, Any]:
         committer = self.committer(context)
         job = committer.setup_job()
+        self._check_shards(committer)
         setup = SetupContext.from_job(job, job_name=self._job_name(), target=committer.store.url(),
                                       conn_id=self.conn_id, algorithm=committer.algorithm_name,
                                       algorithm_value=self.algorithm, mode=committer.mode,
@@ -400,11 +411,12 @@ class CommitWriteOperator(CommitBaseOperator):
         ti = context["ti"]
         task = max(ti.map_index if ti.map_index is not None else -1, 0)
         attempt = ti.try_number
+        committer = self.committer(context)
+        self._check_shards(committer)   # before the user's code: the DAG may have changed since the setup
         if self.shards_per_task != 1:
-            return self._write_shards(context, task, attempt, {**context, **self.op_kwargs})
+            return self._write_shards(committer, context, task, attempt, {**context, **self.op_kwargs})
         # one shard: the same callable runs at any shards_per_task (the user's own arguments of those names win)
         call_kwargs = {"shard_index": 0, "shards_per_task": 1, "task_number": task, **context, **self.op_kwargs}
-        committer = self.committer(context)
 
         def produce(writer: Any) -> None:
             self._produce(call_kwargs, writer)
@@ -422,9 +434,9 @@ class CommitWriteOperator(CommitBaseOperator):
         _save_state(context, summary)
         return summary
 
-    def _write_shards(self, context: Mapping[str, Any], map_index: int, attempt: int,
+    def _write_shards(self, first: FileOutputCommitter, context: Mapping[str, Any], map_index: int, attempt: int,
                       call_kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        first = self.committer(context)   # the others share its store (and the connection behind it)
+        # *first*: the task instance's committer; every shard's shares its store (and the connection behind it)
         n = self.shards_per_task
 
         def produce(shard: int, task: int, writer: Any) -> None:

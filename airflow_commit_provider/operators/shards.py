@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +57,20 @@ def check_shard_callable(func: Callable[..., Any] | None, shards_per_task: int, 
                             f"task instance, but it takes no shard_index (nor task_number) parameter: every shard "
                             f"would write the same rows. Add a shard_index parameter (0 .. {shards_per_task - 1}) "
                             f"and write that shard's part of the data")
+
+
+def check_job_shards(labels: Mapping[str, Any], shards_per_task: int, job_id: str, owner: str) -> None:
+    """Refuse a write whose ``shards_per_task`` differs from the one the job was set up with (its record's
+    *labels*; 1 when absent, as every unsharded and earlier job is): tasks are numbered by it, so a retry or a
+    re-run after the DAG changed it would find other task instances' shards committed under its task numbers and
+    "recover" them, and the job commit would then count the wrong tasks: rows silently lost or taken twice."""
+    recorded = labels.get("shards_per_task", 1)
+    if recorded != shards_per_task:
+        raise InvalidOutputSpec(
+            f"{owner}: job {job_id} was set up with shards_per_task={recorded}, this write has shards_per_task="
+            f"{shards_per_task}. Its protocol tasks are numbered by it (map index x shards_per_task + shard), so "
+            "it cannot change within a job: restore shards_per_task, or start another job (a new run, or "
+            "another job_key)")
 
 
 def shard_tasks(map_index: int, shards_per_task: int) -> range:

@@ -48,9 +48,10 @@ class Job:
         self.publisher: Publisher = publisher_for(config, store, self.layout, self.job_id, self.commit_threads)
         #: mode ``error``: which job owns the target (:mod:`.targetclaim`); ``None`` in the other modes
         self.target_claim = TargetClaim(store, self.layout) if self.mode.claims_target else None
-        #: the MD5 of the job record's bytes as this scope last read them, and the record: not state of the job
-        #: (every decision still reads the store), only what :meth:`job_record_as_listed` compares a listing with
-        self._last_read: tuple[str, JobRecord] | None = None
+        #: the job record last read (its bytes and the record), and the last one found to match this job: not
+        #: state of the job (every decision still reads the store), only what a read is compared with
+        self._last_job: tuple[bytes, JobRecord] | None = None
+        self._checked: JobRecord | None = None
 
     # ------------------------------------------------------------------ identity
     def identity(self) -> dict[str, object]:
@@ -77,14 +78,18 @@ class Job:
 
     # ------------------------------------------------------------------ record reads
     def job_record(self) -> JobRecord | None:
-        """The current generation's job record, or ``None`` (never set up, or committed and cleaned up)."""
+        """The current generation's job record, or ``None`` (never set up, or committed and cleaned up).
+
+        Read from the store every time (the generation may change between two steps of one attempt); parsed and
+        checked only when its bytes differ from the last read's, since a task attempt reads it at set-up and again
+        at commit (on S3 the commit's re-read is a listing instead: :meth:`job_record_as_listed`)."""
         try:
             data = self.store.read_bytes(self.layout.job_record)
         except FileNotFoundError:
             return None
-        record = JobRecord.from_json(data, self.store.url(self.layout.job_record))
-        self._last_read = (hashlib.md5(data, usedforsecurity=False).hexdigest(), record)
-        return record
+        if self._last_job is None or self._last_job[0] != data:
+            self._last_job = (data, JobRecord.from_json(data, self.store.url(self.layout.job_record)))
+        return self._last_job[1]
 
     def job_record_as_listed(self, listing: Mapping[str, str | None]) -> JobRecord:
         """:meth:`require_job`, without reading the record again when *listing* (the job directory's
@@ -92,10 +97,11 @@ class Job:
         the ETag of an object written whole is the MD5 of its bytes, so an equal digest is the same record, and
         the task commit's re-read of the generation costs no request beside the listing it makes anyway (for the
         plan and the application attempt). A digest the store does not give, or another one, reads it."""
-        last = self._last_read
+        last = self._last_job
         digest = listing.get(self.layout.job_record.rsplit("/", 1)[-1])
-        if last is not None and digest is not None and digest == last[0]:
-            return last[1]
+        if last is not None and digest is not None \
+                and digest == hashlib.md5(last[0], usedforsecurity=False).hexdigest():
+            return self._matching(last[1])
         return self.require_job()
 
     def commit_log(self) -> CommitLog | None:
@@ -133,7 +139,13 @@ class Job:
                     "only through setup_job()")
             raise JobNotSetUp(f"job {self.job_id} has no job record at {self.store.url(self.layout.job_record)}; "
                               "run setup_job() first")
-        self.check_config(record)
+        return self._matching(record)
+
+    def _matching(self, record: JobRecord) -> JobRecord:
+        """*record*, once :meth:`check_config` accepted it (a record is immutable: checked once)."""
+        if record is not self._checked:
+            self.check_config(record)
+            self._checked = record
         return record
 
     def app_attempts(self, record: JobRecord, names: Iterable[str] | None = None) -> list[int]:

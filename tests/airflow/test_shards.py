@@ -105,3 +105,36 @@ def test_bad_shard_parameters_are_refused_naming_them(name, value):
 
     with pytest.raises(InvalidOutputSpec, match=rf"commit_stage\('s'\).*{name}={value!r}: give a positive"):
         commit_stage("s", target="/tmp/x", python_callable=rows, **{name: value})
+
+
+def test_a_job_refuses_a_write_whose_shards_per_task_changed(dags):
+    """Tasks are numbered by ``shards_per_task``: a run of the same job after the DAG changed it would recover
+    other task instances' shards under its task numbers and commit the wrong tasks (without the check: 6 of the
+    12 tasks' rows, and ``success``). The setup refuses it, before any user code runs, and nothing is committed."""
+    for tr in (1, 2):   # task 6's both tries fail: the first run ends with 11 of 12 tasks committed, no job commit
+        (TEST_WORK / f"fail-sh_rekeyed-6-{tr}").touch()
+    first = dags.sh_rekeyed.test()
+    assert first.state == "failed", states(first)
+    assert sum(calls("sh_rekeyed").values()) == INSTANCES * SHARDS + 1
+    (TEST_WORK / "calls.log").unlink()
+    (TEST_WORK / "sh_rekeyed-shards").write_text("2")   # the DAG edited: its next parse has 2 shards per task
+    second = importlib.reload(dags).sh_rekeyed.test()
+    st = states(second)
+    assert second.state == "failed", st
+    assert st["write.setup[-1]"][0] == "failed" and st["write.setup[-1]"][1] == 1, \
+        "a deterministic error: no retry"
+    assert calls("sh_rekeyed") == {}, "no user code ran"
+    assert not (TEST_ROOT / "sh_rekeyed" / "_SUCCESS").exists()
+    assert sc.read_rows(str(TEST_ROOT / "sh_rekeyed")) == []
+
+
+def test_check_job_shards_names_both_values():
+    from airflow_commit_provider.operators.shards import check_job_shards
+
+    check_job_shards({}, 1, "j", "w")   # an unsharded (or earlier) job record has no label
+    check_job_shards({"shards_per_task": 4}, 4, "j", "w")
+    with pytest.raises(InvalidOutputSpec, match=r"w: job j was set up with shards_per_task=4, this write has "
+                                                r"shards_per_task=2"):
+        check_job_shards({"shards_per_task": 4}, 2, "j", "w")
+    with pytest.raises(InvalidOutputSpec, match=r"shards_per_task=1, this write has shards_per_task=3"):
+        check_job_shards({}, 3, "j", "w")

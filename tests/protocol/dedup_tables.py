@@ -35,6 +35,7 @@ from airflow_commit_provider.protocol import (
     read_success_marker,
     run_task_attempt,
 )
+from airflow_commit_provider.protocol.publish.base import stored_paths
 
 REPO = Path(__file__).resolve().parents[2]
 SPARK = Path(__file__).parent / "fixtures" / "spark43"
@@ -97,7 +98,9 @@ def speculative_loser(c: FileOutputCommitter, task: int, ids: list[int], part: i
     ta = c.setup_task(task, 1)
     with TaskAttemptWriter(c, ta, partition_by=c.partition_by, max_rows_per_file=1) as w:
         w.write(ids_table(ids, c.partition_by, part))
-    held = {rel: c.store.read_bytes(f"{ta.work_dir}/{rel}") for rel, _ in c.store.list_files(ta.work_dir)}
+    # by the path each file stands for (an attempt keeps partitioned files flat: see publish.base.flat_name)
+    stored = stored_paths(rel for rel, _ in c.store.list_files(ta.work_dir))
+    held = {rel: c.store.read_bytes(f"{ta.work_dir}/{name}") for rel, name in stored.items()}
     run_task_attempt(c, task, 2, lambda w: w.write(ids_table(ids, c.partition_by, part)))
     return held
 

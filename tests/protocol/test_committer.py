@@ -304,6 +304,30 @@ def test_zombie_of_older_application_attempt_is_ignored(root):
     assert {r["attempt"] for r in sc.read_rows(root)} == {2}
 
 
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_a_zombie_woken_after_the_job_committed_leaves_nothing_behind(root, algorithm):
+    """A try set up before its job committed and cleaned up writes on when it wakes (its writes re-create the
+    job's directories) and asks to commit: it is told what was committed, and what it wrote is removed, with
+    the directories it re-created; it records nothing, and the output is unchanged."""
+    c = make(root, algorithm=algorithm)
+    c.setup_job()
+    zombie = FileOutputCommitter(root, "job", mode="append", partition_by=["day"], algorithm=algorithm)
+
+    def wake_after_the_commit(w):
+        # the try was set up; meanwhile its retry committed the task and the job committed and cleaned up
+        assert run_task_attempt(c, 0, 2, produce(0, 2)).status == "committed"
+        c.commit_job(1)
+        assert not c.store.exists("_temporary")
+        w.write(sc.task_table(0, 1))   # the zombie writes on
+
+    out = run_task_attempt(zombie, 0, 1, wake_after_the_commit)
+    assert out.status == "already_committed" and out.record["attempt"] == 2 and out.ran_callable
+    assert not c.store.exists("_temporary"), c.store.list_files("_temporary")
+    committed = sorted(f["path"] for f in read_success_marker(root)["files"])
+    assert sorted(sc.visible_files(root)) == committed, "nothing of the zombie became visible"
+    assert {r["attempt"] for r in sc.read_rows(root)} == {2}
+
+
 def test_commit_job_twice_is_idempotent(root):
     c = make(root)
     c.setup_job()

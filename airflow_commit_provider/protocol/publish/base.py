@@ -4,7 +4,7 @@ task commit's effect and a job commit are made of."""
 from __future__ import annotations
 
 import io
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import CorruptRecord, InvalidOutputSpec
@@ -15,6 +15,37 @@ from ..parallel import parallel
 from ..paths import is_hidden, partition_of
 from ..stores import Store
 from ..records.task import FileEntry, TaskCommitRecord
+
+
+#: How an attempt keeps a file of a partition where the store has directories: in the attempt's directory itself,
+#: named by this prefix and the file's path with ``%`` and ``/`` escaped, so an attempt makes no directory per
+#: partition (the application attempt's ``_committed`` tree and the output have them, made once per job). No
+#: name a user gives can start with ``_`` (:func:`~.paths.check_relative`), so the two kinds never mix up.
+FLAT_PREFIX = "_p."
+#: the longest file name a local file system takes; a longer flat name keeps its partition directories
+_NAME_MAX = 255
+
+
+def flat_name(rel: str) -> str:
+    """The name a partitioned file *rel* has in an attempt's directory (*rel* itself when it has no directory, or
+    when the flat name would be too long for a file system)."""
+    if "/" not in rel:
+        return rel
+    name = FLAT_PREFIX + rel.replace("%", "%25").replace("/", "%2F")
+    return name if len(name.encode()) <= _NAME_MAX else rel
+
+
+def stored_paths(names: Iterable[str]) -> dict[str, str]:
+    """The files of an attempt's directory listing (*names* relative to it), by the path each stands for:
+    flat names decoded (every ``%`` in one starts an escape, so ``%2F`` is decoded first), nested ones as they
+    are, hidden ones left out."""
+    out = {}
+    for name in names:
+        if name.startswith(FLAT_PREFIX) and "/" not in name:
+            out[name[len(FLAT_PREFIX):].replace("%2F", "/").replace("%25", "%")] = name
+        elif not is_hidden(name):
+            out[name] = name
+    return out
 
 
 class Publisher:
@@ -33,6 +64,9 @@ class Publisher:
     #: whether an attempt's files are pending uploads that only :meth:`task_uploads` lists (magic), not files in
     #: its directory
     has_uploads = False
+    #: whether an attempt keeps its partitioned files flat (:func:`flat_name`): where the task commit moves them
+    #: (:func:`complete_moves` reads both kinds) and the store has directories to save
+    flat_attempts = False
 
     @property
     def publishes_at_task_commit(self) -> bool:
@@ -48,18 +82,19 @@ class Publisher:
     # ------------------------------------------------------------------ task side
     def open_task_file(self, work_dir: str, rel: str) -> Any:
         """A writable binary file for *rel* (relative to the output root) in an attempt's work directory."""
-        return self.store.open_write(f"{work_dir}/{rel}")
+        stored = flat_name(rel) if self.flat_attempts and self.store.has_directories else rel
+        return self.store.open_write(f"{work_dir}/{stored}")
 
     def attempt_files(self, work_dir: str, task: int, rows: Mapping[str, int | None]) -> list[FileEntry]:
         """The files an attempt holds, as record entries (path, size, rows, task)."""
+        listed = self.store.list_files(work_dir)
+        sizes = dict(listed)
         files = []
-        for rel, size in sorted(self.store.list_files(work_dir)):
-            if is_hidden(rel):
-                continue
+        for rel, stored in sorted(stored_paths(name for name, _ in listed).items()):
             n = rows.get(rel)
             if n is None and rel.endswith(".parquet"):
-                n = self._parquet_rows(f"{work_dir}/{rel}")
-            files.append(FileEntry(rel, size, n, task))
+                n = self._parquet_rows(f"{work_dir}/{stored}")
+            files.append(FileEntry(rel, sizes[stored], n, task))
         return files
 
     def _parquet_rows(self, rel: str) -> int | None:
@@ -186,15 +221,16 @@ def complete_moves(store: Store, job_id: str, rec: TaskCommitRecord, dst_dir: st
     directory. One listing, not one request per file: on S3 a finished task commit then costs a single LIST to
     check again. Files that become visible (``dst_dir == ""``) first withdraw the markers above them (I9)."""
     src = rec.work_dir
-    remaining = {rel for rel, _ in store.list_files(src)}
-    moves = [f for f in rec.files if f.path in remaining]
+    remaining = [rel for rel, _ in store.list_files(src)]
+    stored = stored_paths(remaining)   # flat or nested, whichever the attempt wrote (:func:`flat_name`)
+    moves = [f for f in rec.files if f.path in stored]
     if moves and not dst_dir:
         withdraw_markers(store, marker_dirs_above(f.path for f in moves))  # durable before the first move
     if replace:
         # the store's own idempotent publication (S3: the copies, then the sources deleted 1,000 a request, not
         # one DeleteObject per file; a crash in between copies again from the sources that are still there)
         try:
-            store.publish_files([(f"{src}/{f.path}", f"{dst_dir}/{f.path}" if dst_dir else f.path, f.size)
+            store.publish_files([(f"{src}/{stored[f.path]}", f"{dst_dir}/{f.path}" if dst_dir else f.path, f.size)
                                  for f in moves], 1, lambda: inject("commit_task.mid_move"))
         except FileNotFoundError as exc:
             raise CorruptRecord(f"job {job_id}: {exc} is gone and its destination was never written; the data was "
@@ -202,10 +238,10 @@ def complete_moves(store: Store, job_id: str, rec: TaskCommitRecord, dst_dir: st
     else:
         with store.batch():  # the new names durable together, before the attempt directory goes
             for f in moves:
-                if move_once(store, job_id, f"{src}/{f.path}", f"{dst_dir}/{f.path}" if dst_dir else f.path,
+                if move_once(store, job_id, f"{src}/{stored[f.path]}", f"{dst_dir}/{f.path}" if dst_dir else f.path,
                              f.size, replace=False):
                     inject("commit_task.mid_move")
     if remaining:
-        store.delete_tree(src)
+        store.delete_known_tree(src, remaining)
 
 

@@ -20,6 +20,7 @@ class RenamePublisher(Publisher):
     directory with moves that refuse to replace; job commit renames whole directories where it can."""
 
     moves_after_record = True
+    flat_attempts = True
 
     def data_dir(self, app: int, work_dir: str) -> str:
         return self.layout.committed_dir(app)

@@ -20,6 +20,7 @@ class TaskCommitPublisher(Publisher):
     visibility = "task-commit"
     keeps_committed = False
     moves_after_record = True
+    flat_attempts = True
 
     def data_dir(self, app: int, work_dir: str) -> str:
         return ""

@@ -196,6 +196,12 @@ class Store(ABC):
     def delete_tree(self, rel: str) -> None:
         """Delete a directory and everything under it; missing is not an error."""
 
+    def delete_known_tree(self, rel: str, files: Iterable[str]) -> None:
+        """:meth:`delete_tree` of a directory whose files (relative to it) the caller has just listed: where a
+        directory tree costs a system call per entry, each named file and directory is removed by name instead of
+        walked again. Anything else found there is still removed."""
+        self.delete_tree(rel)
+
     @abstractmethod
     def remove_dir_if_empty(self, rel: str) -> bool:
         """Remove an empty directory; ``False`` when it holds anything (another job's work, say)."""

@@ -92,10 +92,14 @@ class LocalStore(Store):
     def _write_tmp(self, path: str, data: bytes) -> str:
         """*data* in a new hidden file beside *path*, durable before any name publishes it; a failed write (a full
         disk) leaves nothing behind."""
-        self._makedirs_abs(os.path.dirname(path))
         tmp = self._tmp_for(path)
         try:
-            with open(tmp, "wb") as fh:
+            fh = open(tmp, "wb")
+        except FileNotFoundError:   # the directory is missing: made only then (a stat saved on every write)
+            self._makedirs_abs(os.path.dirname(path))
+            fh = open(tmp, "wb")
+        try:
+            with fh:
                 fh.write(data)
                 fh.flush()
                 if self.durable:
@@ -175,9 +179,16 @@ class LocalStore(Store):
 
     def makedirs(self, rel: str) -> None:
         path = self._p(rel)
-        if os.path.exists(path) and not os.path.isdir(path):
-            raise InvalidOutputSpec(f"{self.url(rel)} is a file, not a directory")
-        self._makedirs_abs(path)
+        try:   # the common case first, one system call: a new directory in an existing one
+            os.mkdir(path)
+        except FileExistsError:
+            if not os.path.isdir(path):
+                raise InvalidOutputSpec(f"{self.url(rel)} is a file, not a directory") from None
+            return
+        except FileNotFoundError:
+            self._makedirs_abs(path)
+            return
+        self._sync.changed(os.path.dirname(path))
 
     def _walk(self, rel: str, visible_only: bool = False) -> Iterator[tuple[str, os.DirEntry[str]]]:
         """Every file under *rel* as (path relative to rel, directory entry); hidden subtrees pruned on request."""
@@ -362,6 +373,23 @@ class LocalStore(Store):
         else:
             self.delete_file(rel)
 
+    def delete_known_tree(self, rel: str, files: Iterable[str]) -> None:
+        top = self._p(rel)
+        dirs = {top}
+        try:
+            for name in files:
+                os.unlink(os.path.join(top, name))
+                head = os.path.dirname(name)
+                while head:
+                    dirs.add(os.path.join(top, head))
+                    head = os.path.dirname(head)
+            for d in sorted(dirs, key=len, reverse=True):   # the deepest first
+                os.rmdir(d)
+        except OSError:   # something else is there (a zombie's new file), or already gone: the walk removes it
+            self.delete_tree(rel)
+            return
+        self._sync.changed(os.path.dirname(top))
+
     def remove_dir_if_empty(self, rel: str) -> bool:
         path = self._p(rel)
         try:
@@ -373,8 +401,11 @@ class LocalStore(Store):
 
     def open_write(self, rel: str) -> IO[bytes]:
         path = self._p(rel)
-        self._makedirs_abs(os.path.dirname(path))
-        return open(path, "wb")
+        try:
+            return open(path, "wb")
+        except FileNotFoundError:   # the directory is missing: made only then
+            self._makedirs_abs(os.path.dirname(path))
+            return open(path, "wb")
 
     # ------------------------------------------------------------------ durability and the tree's shape
     def batch(self) -> contextlib.AbstractContextManager[None]:

@@ -110,7 +110,8 @@ class TaskAttempts:
                             task, trace.attempt)
         if fenced:   # the uploads of the tries it fenced, which their own processes held
             self.sweep_uploads(job.job_uuid, task, fencer=(app, attempt))
-        self.store.makedirs(ta.work_dir)
+        if not self.store.has_directories:   # where directories exist, the ledger's trace made it already
+            self.store.makedirs(ta.work_dir)
         inject("setup_task.after_dir")
         return ta
 
@@ -198,6 +199,17 @@ class TaskAttempts:
         this committer holds if it set the attempt up, else are swept (:meth:`sweep_uploads`)."""
         if not self.publisher.discard(ta.work_dir):
             self.sweep_uploads(ta.job_uuid, ta.task)
+
+    def leave_committed_job(self, ta: TaskAttemptContext) -> None:
+        """Remove what attempt *ta* wrote after its job committed and was cleaned up (a try set up before the
+        commit, asking after it: :class:`~.errors.JobAlreadyCommitted`), and the directories its writes re-created
+        under the job, up to ``_temporary``; it records nothing (no fate: no record of the job is left to guard).
+        Its application attempt's directory is never a later generation's, which starts after every application
+        attempt number in use (:func:`~.jobsetup.create_job_record`)."""
+        self.publisher.discard(ta.work_dir)
+        parent = partition_of(ta.work_dir)
+        while parent and self.store.remove_dir_if_empty(parent):
+            parent = partition_of(parent)
 
     # ------------------------------------------------------------------ the commit decision
     def denied(self, ta: TaskAttemptContext, why: str, **details: Any) -> CommitDenied:

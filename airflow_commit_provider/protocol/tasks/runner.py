@@ -73,6 +73,12 @@ def run_task_attempt(committer: FileOutputCommitter, task: int, attempt: int,
             produce(writer)
             t.counts = {"files": len(writer.rows), "rows": sum(n or 0 for n in writer.rows.values())}
         record = committer.commit_task(ta, writer.rows, sizes=writer.sizes)
+    except JobAlreadyCommitted:
+        # set up before the job committed, asking after it (a zombie woken late): what it wrote goes, and it is
+        # told what was committed, as a try that starts after the commit is
+        committer.attempts.leave_committed_job(ta)
+        return TaskOutcome("already_committed", task, attempt, committer.committed_task_record(task),
+                           ran_callable=True)
     except CommitDenied as denied:
         if denied.winner is None:
             raise

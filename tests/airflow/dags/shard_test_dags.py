@@ -57,3 +57,14 @@ with DAG("sh_decorator", schedule=None, start_date=datetime(2024, 1, 1), catchup
         return shard_rows(day, shard_index, task_number, ti)
 
     load.expand(day=list(range(INSTANCES)))
+
+
+
+#: ``sh_rekeyed``'s shards per task instance: ``sh_rekeyed-shards`` in ``COMMIT_TEST_WORK`` when there (read at
+#: parse time, as a DAG edit would change it), else SHARDS. Its job is fixed by ``job_key`` across runs.
+_REKEYED = os.path.join(WORK, "sh_rekeyed-shards")
+with DAG("sh_rekeyed", schedule=None, start_date=datetime(2024, 1, 1), catchup=False, default_args=DEFAULTS,
+         tags=["airflow-commit-provider-tests"]) as sh_rekeyed:
+    commit_stage("write", target=os.path.join(ROOT, "sh_rekeyed"), python_callable=shard_rows,
+                 expand_op_kwargs=[{"day": d} for d in range(INSTANCES)], mode="append", job_key="fixed",
+                 shards_per_task=int(open(_REKEYED).read()) if os.path.exists(_REKEYED) else SHARDS, shard_threads=1)
