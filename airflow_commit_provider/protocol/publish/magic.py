@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import CommitProtocolError, CorruptRecord, InvalidOutputSpec, StorageCapabilityError
