@@ -189,10 +189,13 @@ class MultipartPublisher(Publisher):
         """Abort the attempt's uploads where this committer holds them (every one, closed or not), and report
         ``True``; else remove an earlier release's ``.pending`` descriptions, aborting the uploads they name, and
         report ``False``: the caller then sweeps the task's uploads (:meth:`task_uploads`)."""
-        held = self._written.pop(work_dir, None)
+        held = self._written.get(work_dir)
         if held is not None:   # this release writes nothing under the attempt's directory
-            for p in held.values():
+            for p in list(held.values()):
                 self.s3.abort_upload(p["path"], p["upload_id"])
+            # still held, and empty: a later commit of the attempt in this committer (a zombie's, denied by the
+            # claim that the discard followed) finds nothing rather than an attempt it does not know
+            held.clear()
             return True
         for p in self._pending_of(work_dir):
             self.s3.abort_upload(p["path"], p["upload_id"])
