@@ -26,6 +26,7 @@ from airflow_commit_provider.protocol import (
     read_success_marker,
     run_task_attempt,
 )
+from airflow_commit_provider.protocol.publish.base import stored_paths
 
 from . import scenario as sc
 
@@ -84,7 +85,8 @@ def test_commit_refused_when_a_reported_file_is_gone(root):
     with TaskAttemptWriter(c, ta, partition_by=c.partition_by) as w:
         w.write(sc.task_table(0, 1))
     gone = sorted(w.rows)[0]
-    c.store.delete_file(f"{ta.work_dir}/{gone}")         # removed by someone outside the attempt
+    stored = stored_paths(rel for rel, _ in c.store.list_files(ta.work_dir))   # flat on a local disk
+    c.store.delete_file(f"{ta.work_dir}/{stored[gone]}")   # removed by someone outside the attempt
     with pytest.raises(CommitDenied, match="missing") as denied:
         c.commit_task(ta, w.rows, sizes=w.sizes)
     assert denied.value.attempt_failed
