@@ -65,9 +65,10 @@ def abort_job(scope: Job, *, keep_committed: bool = False) -> dict[str, Any]:
             for task, attempt in sorted(attempts_with_trace(scope, app) - committed):
                 if superseded(scope, job, apps):
                     return stood_down(scope)
-                if not TaskAttempts(scope).fail_and_discard(app, task, attempt):
+                attempts = TaskAttempts(scope)
+                if not attempts.fail_and_discard(app, task, attempt):
                     # it claimed its commit first: its commit may still finish, so its pending uploads stay too
-                    kept_uploads |= scope.publisher.pending_uploads(scope.layout.attempt_dir(app, task, attempt))
+                    kept_uploads |= attempts.committing_uploads(app, task, attempt)
                 inject("abort_job.mid_delete")
     if superseded(scope, job, apps):
         return stood_down(scope)

@@ -29,6 +29,7 @@ FAULT_EXIT_CODE = 86
 #: without a point here is a step the crash matrix does not cover.
 POINTS: tuple[str, ...] = (
     "setup_job.before_record",
+    "setup_job.after_app_marker",
     "setup_job.after_app_attempt",
     "setup_task.after_dir",
     "writer.after_file",

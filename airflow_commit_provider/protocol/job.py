@@ -12,7 +12,8 @@ for a job and act on it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import hashlib
+from collections.abc import Iterable, Mapping
 
 from .config import CommitConfig
 from .errors import InvalidOutputSpec, JobAlreadyCommitted, JobConfigMismatch, JobNotSetUp
@@ -47,7 +48,8 @@ class Job:
         self.publisher: Publisher = publisher_for(config, store, self.layout, self.job_id, self.commit_threads)
         #: mode ``error``: which job owns the target (:mod:`.targetclaim`); ``None`` in the other modes
         self.target_claim = TargetClaim(store, self.layout) if self.mode.claims_target else None
-        #: the job record last read (its bytes and the record), and the last one found to match this job
+        #: the job record last read (its bytes and the record), and the last one found to match this job: not
+        #: state of the job (every decision still reads the store), only what a read is compared with
         self._last_job: tuple[bytes, JobRecord] | None = None
         self._checked: JobRecord | None = None
 
@@ -80,7 +82,7 @@ class Job:
 
         Read from the store every time (the generation may change between two steps of one attempt); parsed and
         checked only when its bytes differ from the last read's, since a task attempt reads it at set-up and again
-        at commit."""
+        at commit (on S3 the commit's re-read is a listing instead: :meth:`job_record_as_listed`)."""
         try:
             data = self.store.read_bytes(self.layout.job_record)
         except FileNotFoundError:
@@ -90,6 +92,19 @@ class Job:
             last = (data, JobRecord.from_json(data, self.store.url(self.layout.job_record)))
             self._last_job = last
         return last[1]
+
+    def job_record_as_listed(self, listing: Mapping[str, str | None]) -> JobRecord:
+        """:meth:`require_job`, without reading the record again when *listing* (the job directory's
+        :meth:`~.stores.Store.list_dir_digests`, made just now) shows the very bytes this scope read last: on S3
+        the ETag of an object written whole is the MD5 of its bytes, so an equal digest is the same record, and
+        the task commit's re-read of the generation costs no request beside the listing it makes anyway (for the
+        plan and the application attempt). A digest the store does not give, or another one, reads it."""
+        last = self._last_job
+        digest = listing.get(self.layout.job_record.rsplit("/", 1)[-1])
+        if last is not None and digest is not None \
+                and digest == hashlib.md5(last[0], usedforsecurity=False).hexdigest():
+            return self._matching(last[1])
+        return self.require_job()
 
     def commit_log(self) -> CommitLog | None:
         """The job's commit log (``_commits/<job>.json``): the last committed generation's manifest."""
@@ -126,7 +141,11 @@ class Job:
                     "only through setup_job()")
             raise JobNotSetUp(f"job {self.job_id} has no job record at {self.store.url(self.layout.job_record)}; "
                               "run setup_job() first")
-        if record is not self._checked:   # a record is immutable: checked once
+        return self._matching(record)
+
+    def _matching(self, record: JobRecord) -> JobRecord:
+        """*record*, once :meth:`check_config` accepted it (a record is immutable: checked once)."""
+        if record is not self._checked:
             self.check_config(record)
             self._checked = record
         return record
@@ -134,9 +153,15 @@ class Job:
     def app_attempts(self, record: JobRecord, names: Iterable[str] | None = None) -> list[int]:
         """The generation's application attempts, newest first (*names*: the job directory's, when the caller
         has just listed it)."""
-        names = self.store.list_dir(self.layout.job_dir) if names is None else names
+        names = set(self.store.list_dir(self.layout.job_dir) if names is None else names)
         apps = sorted((int(n) for n in names if n.isdigit() and int(n) >= record.first_app_attempt), reverse=True)
-        return [n for n in apps if self.store.exists(self.layout.app_marker(n))]
+        # A numbered directory is not always an application attempt: a zombie of a purged generation may re-create
+        # one (its trace, its claim) at a number the current generation has not reached. Its marker says it is
+        # one; the marker's copy in the job directory (:meth:`~.layout.JobLayout.app_entry`, written after it)
+        # says so in this listing, so only an attempt set up by an earlier release, or whose set-up died between
+        # the two, costs a look-up of its marker.
+        return [n for n in apps
+                if self.layout.app_entry_name(n) in names or self.store.exists(self.layout.app_marker(n))]
 
     def current_app_attempts(self, record: JobRecord, names: Iterable[str] | None = None) -> list[int]:
         """:meth:`app_attempts`, refusing a generation with none (:class:`JobNotSetUp`)."""
@@ -149,11 +174,12 @@ class Job:
         """The newest application attempt of the current generation."""
         return self.current_app_attempts(record or self.require_job())[0]
 
-    def plan_and_app_attempt(self, record: JobRecord) -> tuple[CommitPlan | None, int]:
+    def plan_and_app_attempt(self, record: JobRecord,
+                             names: Iterable[str] | None = None) -> tuple[CommitPlan | None, int]:
         """The plan of the generation's commit (``None`` before one is fixed) and its current application
-        attempt, from one listing of the job's directory, which holds both: the plan is read only when its name
-        is there (on S3 a missing record still costs a request)."""
-        names = self.store.list_dir(self.layout.job_dir)
+        attempt, from one listing of the job's directory, which holds both (*names*, when the caller has just
+        made it): the plan is read only when its name is there (on S3 a missing record still costs a request)."""
+        names = set(self.store.list_dir(self.layout.job_dir) if names is None else names)
         plan = self.commit_plan(record) if self.layout.plan(record.job_uuid).rsplit("/", 1)[-1] in names else None
         return plan, self.current_app_attempts(record, names)[0]
 

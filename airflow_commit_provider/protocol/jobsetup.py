@@ -50,11 +50,14 @@ def setup_job(scope: Job, *, replace_files: Iterable[str] = (), replace_first: b
         return context(scope, job, plan.app_attempt, "committing")
     apps = scope.app_attempts(job)
     app = apps[0] + 1 if apps else job.first_app_attempt
-    while not scope.store.create_exclusive(
-            scope.layout.app_marker(app),
-            records.dumps("app-attempt", {"app_attempt": app, "job_uuid": job.job_uuid,
-                                          "started": records.now_iso(), "labels": scope.config.labels})):
+    while True:
+        marker = records.dumps("app-attempt", {"app_attempt": app, "job_uuid": job.job_uuid,
+                                               "started": records.now_iso(), "labels": scope.config.labels})
+        if scope.store.create_exclusive(scope.layout.app_marker(app), marker):
+            break
         app += 1
+    inject("setup_job.after_app_marker")
+    scope.store.write_bytes(scope.layout.app_entry(app), marker)   # after the marker: it only ever repeats one
     inject("setup_job.after_app_attempt")
     return context(scope, job, app, "running")
 

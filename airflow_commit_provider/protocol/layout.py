@@ -123,6 +123,17 @@ class JobLayout:
     def app_marker(self, app: int) -> str:
         return f"{self.app_dir(app)}/_app.json"
 
+    def app_entry(self, app: int) -> str:
+        """The application attempt's marker again, one level up, written after :meth:`app_marker`: the listing
+        of the job directory every reader of the current application attempt makes then says which numbered
+        directories are application attempts, without one HEAD request each on S3 (see
+        :meth:`~.job.Job.app_attempts`)."""
+        return f"{self.job_dir}/{self.app_entry_name(app)}"
+
+    @staticmethod
+    def app_entry_name(app: int) -> str:
+        return f"_app_{app}.json"
+
     def attempt_dir(self, app: int, task: int, attempt: int) -> str:
         return f"{self.work_root(app)}/{attempt_name(task, attempt)}"
 

@@ -91,7 +91,8 @@ def test_the_readme_layout_is_the_code_layout(tmp_path):
     documented = {re.split(r"\s{2,}", line.strip())[0] for line in block.strip().splitlines() if line.strip()}
     jl = layout.JobLayout("<job>")
     named = {
-        jl.job_record, jl.plan("<job uuid>"), jl.commit_log, jl.error_claim, jl.app_marker(0), jl.attempt_dir(0, 1, 2),
+        jl.job_record, jl.plan("<job uuid>"), jl.commit_log, jl.error_claim, jl.app_marker(0), jl.app_entry(0),
+        jl.attempt_dir(0, 1, 2),
         jl.committed_dir(0), jl.task_record(0, 1), jl.attempt_claim(0, 1, 2), jl.attempt_claim(0, 1, 2) + ".started",
         jl.abort_record(0), jl.commit_failure, layout.SUCCESS, f"<partition>/{layout.SUCCESS}", jl.trash_entry("<uuid>") + "/",
         layout.DEDUP_PLAN,
@@ -102,6 +103,7 @@ def test_the_readme_layout_is_the_code_layout(tmp_path):
     def generic(path: str) -> str:
         path = re.sub(r"attempt_00001_2", "attempt_<task>_<try>", path)
         path = re.sub(r"task_00001", "task_<task>", path)
+        path = re.sub(r"_app_0\.json$", "_app_<app>.json", path)
         return "/".join(normalise.get(p, p) for p in path.split("/"))
 
     expected = {"<out>/" + generic(p) + ("/..." if p in (jl.attempt_dir(0, 1, 2), jl.committed_dir(0))

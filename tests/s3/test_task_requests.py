@@ -26,7 +26,8 @@ TABLE = pa.table({"x": pa.array(range(200), pa.int64())})
 
 
 class Requests:
-    """Requests by operation, and the keys of each."""
+    """Requests by operation (an exclusive PutObject, ``If-None-Match: *``, counted as ``PutObject(create)``), and
+    the keys of each."""
 
     def __init__(self, fs: Any) -> None:
         self.ops: Counter[str] = Counter()
@@ -35,8 +36,12 @@ class Requests:
         fs.s3.meta.events.register("before-call.s3", self)
 
     def __call__(self, model: Any = None, params: Any = None, **_: Any) -> None:
-        self.ops[model.name] += 1
-        self.keys.append((model.name, params.get("url_path", "") if isinstance(params, dict) else ""))
+        name = model.name
+        headers = params.get("headers", {}) if isinstance(params, dict) else {}
+        if name == "PutObject" and any(k.lower() == "if-none-match" for k in headers):
+            name = "PutObject(create)"
+        self.ops[name] += 1
+        self.keys.append((name, params.get("url_path", "") if isinstance(params, dict) else ""))
 
     def close(self) -> None:
         self.fs.s3.meta.events.unregister("before-call.s3", self)
@@ -57,39 +62,90 @@ def committed_neighbour(bucket):
     return make
 
 
-@pytest.mark.parametrize("algorithm", [1, "magic"])
-def test_task_reads_job_state_once_and_records_without_head(committed_neighbour, algorithm):
-    c = committed_neighbour(algorithm)
+def one_task(c: Any) -> Requests:
+    """The requests of one typical task attempt (two files) of committer *c*."""
     seen = Requests(c.store.fs)
     try:
         out = run_task_attempt(c, 1, 1, lambda w: w.write(TABLE), max_rows_per_file=100)
     finally:
         seen.close()
     assert out.status == "committed" and len(out.record["files"]) == 2
-    job_reads = [k for op, k in seen.keys if k.endswith("/_job.json")]
-    # once for the recovery check and the set-up together, once more at the commit (the generation may change)
-    assert len(job_reads) == 2, seen.keys
-    assert all(op == "GetObject" for op, k in seen.keys if k.endswith("/_job.json")), "a HEAD before the GET"
-    # the only HEADs left: the current application attempt's marker (set-up, commit); a missing record is one GET
-    assert seen.ops["HeadObject"] == 2, seen.keys
-    assert seen.ops["ListObjectsV2"] == 4, seen.keys   # application attempts x2, the task's traces, its files
-    # the commit finds out whether a plan is fixed from the job directory's listing it makes anyway
-    assert not [k for _, k in seen.keys if "_commit_plan_" in k], seen.keys
-    if algorithm == 1:
-        assert sum(seen.ops.values()) == 14, seen.ops   # 2 data files + 12 (before: 2 + 25)
+    return seen
 
 
-def test_magic_pending_written_once_and_not_read_back(committed_neighbour):
+#: what a set-up reads and writes (job record, job directory, the recovery check's missing record, the trace, the
+#: earlier tries) and what a commit does (the job directory again, the claim holding the record, the record)
+_SETUP_AND_COMMIT = {"GetObject": 2, "ListObjectsV2": 3, "PutObject": 1, "PutObject(create)": 2}
+#: per algorithm, for a task of two files: v1 lists its files for the record; v2 too, then moves them (copy,
+#: delete) and lists the attempt directory again when it finishes; magic uploads each file as one part and builds
+#: the record from the uploads it holds
+EXPECTED = {
+    1: {**_SETUP_AND_COMMIT, "ListObjectsV2": 4, "PutObject": 3},
+    "magic": {**_SETUP_AND_COMMIT, "CreateMultipartUpload": 2, "UploadPart": 2},
+    # v2 also looks for visible files its moves would replace (one listing of the root), withdraws the markers
+    # above them (one DeleteObjects), copies each file and deletes the sources together, then finds its attempt
+    # directory empty with one listing (s3fs's find would HEAD it and list it again)
+    2: {**_SETUP_AND_COMMIT, "ListObjectsV2": 7, "PutObject": 3, "CopyObject": 2, "DeleteObjects": 2},
+}
+
+
+@pytest.mark.parametrize("algorithm", [1, 2, "magic"])
+def test_task_requests_by_operation(committed_neighbour, algorithm):
+    """Request by request, a task: the job record read once at the set-up and not again at the commit when the
+    job directory's listing shows it unchanged; no HEAD at all (the application attempt is named in that listing,
+    a record is read with one GET); the plan looked up in the same listing."""
+    c = committed_neighbour(algorithm)
+    seen = one_task(c)
+    assert dict(seen.ops) == EXPECTED[algorithm], seen.keys
+    assert [op for op, k in seen.keys if k.endswith("/_job.json")] == ["GetObject"], seen.keys
+    assert not [k for _, k in seen.keys if "_commit_plan_" in k or k.endswith("/_app.json")], seen.keys
+
+
+def test_commit_reads_a_changed_job_record_again(committed_neighbour):
+    """The commit takes the set-up's job record only when the listing shows the same bytes: once the record has
+    changed (here: the generation replaced under a running attempt), it reads it again and refuses the attempt."""
+    from airflow_commit_provider.protocol import CommitDenied
+
+    c = committed_neighbour(1)
+    _, ta = c.recover_or_setup_task(1, 1)
+    assert ta is not None
+    record = c.store.read_bytes(c.layout.job_record)
+    doc = json.loads(record)
+    doc["job_uuid"] = "another-generation"
+    c.store.write_bytes(c.layout.job_record, json.dumps(doc).encode())
+    with pytest.raises(CommitDenied, match="another-generation"):
+        c.commit_task(ta, {})
+
+
+def test_magic_writes_nothing_per_file_but_its_upload(committed_neighbour):
+    """The record comes from the uploads the committer holds: no ``.pending`` description per file, no listing of
+    the attempt's directory (which stays empty)."""
     c = committed_neighbour("magic")
-    seen = Requests(c.store.fs)
-    try:
-        out = run_task_attempt(c, 1, 1, lambda w: w.write(TABLE), max_rows_per_file=100)
-    finally:
-        seen.close()
-    assert out.status == "committed"
-    pending = [(op, k) for op, k in seen.keys if k.endswith(".pending")]
-    assert sorted(op for op, _ in pending) == ["PutObject", "PutObject"], pending   # one per file, nothing read
+    seen = one_task(c)
+    assert not [k for _, k in seen.keys if ".pending" in k or "/_temporary/attempt_" in k], seen.keys
     assert seen.ops["CreateMultipartUpload"] == seen.ops["UploadPart"] == 2
+
+
+def test_an_application_attempt_without_its_entry_is_looked_up(committed_neighbour):
+    """An application attempt set up by an earlier release (or whose set-up died between its marker and the
+    marker's entry in the job directory) has no ``_app_<n>.json``: its marker is looked up (HEAD), and it is
+    still the current one."""
+    c = committed_neighbour(1)
+    c.store.delete_file(c.layout.app_entry(0))
+    seen = one_task(c)
+    assert [k for op, k in seen.keys if op == "HeadObject"] == ["/out/_temporary/job/0/_app.json"] * 2, seen.keys
+
+
+def test_a_numbered_directory_without_a_marker_is_no_application_attempt(committed_neighbour):
+    """A zombie of a purged generation may re-create a numbered directory the current generation has not reached
+    (here: the trace of its try in ``5/``); without a marker it is no application attempt, and the task sets up and
+    commits in the current one."""
+    c = committed_neighbour(1)
+    c.store.write_bytes(c.layout.attempt_claim(5, 1, 1) + ".started", b"")
+    seen = one_task(c)
+    assert c.job.current_app_attempt() == 0
+    assert c.job.task_record(0, 1, c.job_record().job_uuid) is not None
+    assert ("HeadObject", "/out/_temporary/job/5/_app.json") in seen.keys   # looked up: not named in the listing
 
 
 _WRITE_ONE_FILE = textwrap.dedent("""

@@ -57,6 +57,9 @@ class Publisher:
     keeps_committed = True
     #: whether a task commit's effect continues after its record (:meth:`complete_task_commit` does something)
     moves_after_record = False
+    #: whether an attempt's files are pending uploads that only :meth:`task_uploads` lists (magic), not files in
+    #: its directory
+    has_uploads = False
     #: whether an attempt keeps its partitioned files flat (:func:`flat_name`): where the task commit moves them
     #: (:func:`complete_moves` reads both kinds) and the store has directories to save
     flat_attempts = False
@@ -98,16 +101,31 @@ class Publisher:
         except Exception:  # not a Parquet file after all: rows unknown
             return None
 
-    def discard(self, work_dir: str) -> None:
-        """Remove everything an attempt wrote (it was denied, failed or is stale)."""
+    def begin_attempt(self, work_dir: str) -> None:
+        """An attempt with this work directory is set up by this committer (the magic committer holds its uploads
+        from now on)."""
+
+    def discard(self, work_dir: str) -> bool:
+        """Remove everything an attempt wrote (it was denied, failed or is stale); ``False`` when some of it may
+        lie outside the directory where only :meth:`task_uploads` finds it (magic: an attempt another process
+        wrote)."""
         self.store.delete_tree(work_dir)
+        return True
+
+    def task_uploads(self, file_prefix: str) -> list[tuple[str, str]]:
+        """Pending uploads (path, upload id) of one task's files, whichever attempt started them (only the magic
+        committer has any)."""
+        return []
+
+    def abort_uploads(self, uploads: Sequence[tuple[str, str]]) -> None:
+        """Abort uploads :meth:`task_uploads` returned (there are none but the magic committer's)."""
 
     def data_dir(self, app: int, work_dir: str) -> str:
         """Where a committed attempt's files lie until job commit (the record says it): ``""`` is the output."""
         return work_dir
 
     def pending_uploads(self, work_dir: str) -> set[str]:
-        """Upload ids an attempt holds open outside its directory (only the magic committer has any)."""
+        """Upload ids an earlier release's attempt described in its directory (only the magic committer's)."""
         return set()
 
     def clobbered(self, paths: Sequence[str]) -> list[str]:
@@ -204,11 +222,21 @@ def complete_moves(store: Store, job_id: str, rec: TaskCommitRecord, dst_dir: st
     moves = [f for f in rec.files if f.path in stored]
     if moves and not dst_dir:
         withdraw_markers(store, marker_dirs_above(f.path for f in moves))  # durable before the first move
-    with store.batch():  # the new names durable together, before the attempt directory goes
-        for f in moves:
-            if move_once(store, job_id, f"{src}/{stored[f.path]}", f"{dst_dir}/{f.path}" if dst_dir else f.path,
-                         f.size, replace=replace):
-                inject("commit_task.mid_move")
+    if replace:
+        # the store's own idempotent publication (S3: the copies, then the sources deleted 1,000 a request, not
+        # one DeleteObject per file; a crash in between copies again from the sources that are still there)
+        try:
+            store.publish_files([(f"{src}/{stored[f.path]}", f"{dst_dir}/{f.path}" if dst_dir else f.path, f.size)
+                                 for f in moves], 1, lambda: inject("commit_task.mid_move"))
+        except FileNotFoundError as exc:
+            raise CorruptRecord(f"job {job_id}: {exc} is gone and its destination was never written; the data was "
+                                "deleted outside the protocol") from None
+    else:
+        with store.batch():  # the new names durable together, before the attempt directory goes
+            for f in moves:
+                if move_once(store, job_id, f"{src}/{stored[f.path]}", f"{dst_dir}/{f.path}" if dst_dir else f.path,
+                             f.size, replace=False):
+                    inject("commit_task.mid_move")
     if remaining:
         store.delete_known_tree(src, remaining)
 

@@ -1,11 +1,14 @@
 """The "magic" committer: zero-copy commits on S3 through delayed multipart-upload completion.
 
 Every output file is a multipart upload straight to its **final** key, left uncompleted: S3 shows nothing (HEAD
-404, not listed) until it is completed. Each open upload is described by a small ``.pending`` JSON in the task
-attempt's directory. Task commit records the attempt's pending uploads (key, upload id, ordered part ETags, size,
-rows) as the task commit record, created with ``If-None-Match: *`` like every other record, so the decision is the
-same as for FileOutputCommitter. Job commit completes the recorded uploads in parallel (one request per file),
-then aborts every other pending upload of the job. Nothing is copied.
+404, not listed) until it is completed. The committer that set up a task attempt holds the attempt's uploads in
+memory (key, upload id, ordered part ETags, size); its task commit records them (with the rows) as the task commit
+record, created with ``If-None-Match: *`` like every other record, so the decision is the same as for
+FileOutputCommitter. Job commit completes the recorded uploads in parallel (one request per file), then aborts
+every other pending upload of the job. Nothing is copied, and nothing but the uploads is written per file.
+
+Earlier releases also described each upload in a ``.pending`` file in the attempt's directory; those are still
+read, so an attempt such a release wrote is discarded (and, had it claimed its commit, kept) as before.
 
 Differences from Hadoop's S3A magic committer, and why:
 
@@ -22,10 +25,10 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import CorruptRecord, InvalidOutputSpec, StorageCapabilityError
+from ..errors import CommitProtocolError, CorruptRecord, InvalidOutputSpec, StorageCapabilityError
 from ..faults import inject
 from ..layout import JobLayout
 from ..parallel import parallel
@@ -40,23 +43,22 @@ class MultipartFile(io.RawIOBase):
     """A write-only file that becomes one multipart upload, left pending at ``close()``.
 
     Memory is one part: bytes are copied once, into a buffer of *part_size* allocated up front, and that buffer
-    is uploaded as it is and then reused (no slice, no ``bytes`` copy, no shifting of a remainder). The
-    description of the upload (``.pending``) is written once, at ``close()``, and handed to *on_close*, so the
-    task commit in this process need not read it back. An attempt that dies with a file open leaves an upload
-    no ``.pending`` names: job commit aborts every pending upload of the job that no record lists, and so does
-    the job's abort (both find them by the job uuid in their keys).
+    is uploaded as it is and then reused (no slice, no ``bytes`` copy, no shifting of a remainder). The upload's
+    description goes into *held* (the attempt's uploads, by path) as soon as the upload exists, and is completed
+    at ``close()`` (parts, size): the task commit builds its record from it, and a discard of the attempt in this
+    process aborts the upload even if the file was never closed. Nothing else is written per file.
     """
 
-    def __init__(self, store: S3Store, rel: str, pending_rel: str, part_size: int,
-                 on_close: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+    def __init__(self, store: S3Store, rel: str, part_size: int, held: dict[str, dict[str, Any]]) -> None:
         super().__init__()
-        self.store, self.rel, self.pending_rel, self.part_size = store, rel, pending_rel, part_size
+        self.store, self.rel, self.part_size = store, rel, part_size
         self.upload_id = store.start_upload(rel)
+        self._doc: dict[str, Any] = {"path": rel, "upload_id": self.upload_id, "state": "open"}
+        held[rel] = self._doc
         self.parts: list[list[Any]] = []
         self.size = 0
         self._buf = bytearray(part_size)
         self._fill = 0
-        self._on_close = on_close
 
     def writable(self) -> bool:
         return True
@@ -89,12 +91,7 @@ class MultipartFile(io.RawIOBase):
             with memoryview(self._buf) as view:   # the last part: a view of the filled bytes, not a copy
                 self._upload(view[:self._fill])
         self._buf = bytearray()
-        doc = {"path": self.rel, "upload_id": self.upload_id, "parts": self.parts, "size": self.size,
-               "state": "closed"}
-        data = json.dumps(doc).encode()
-        self.store.write_bytes(self.pending_rel, data)
-        if self._on_close is not None:
-            self._on_close(self.pending_rel, {**doc, "_bytes": len(data)})
+        self._doc.update(parts=self.parts, size=self.size, state="closed")
         super().close()
 
 
@@ -106,6 +103,7 @@ class MultipartPublisher(Publisher):
     committer_name = "MagicCommitter"
     algorithm = "magic"
     label = "magic"
+    has_uploads = True
 
     def __init__(self, store: Any, layout: JobLayout, job_id: str, threads: int,
                  part_size: int | None = None) -> None:
@@ -120,46 +118,61 @@ class MultipartPublisher(Publisher):
         super().__init__(store, layout, job_id, threads)
         self.s3: S3Store = store
         self.part_size = part_size
-        #: the ``.pending`` descriptions this process wrote (path -> (description, bytes written)): the task commit
-        #: lists the attempt's directory, and reads back only those it does not hold, or holds at another size
-        self._written: dict[str, tuple[dict[str, Any], int]] = {}
+        #: the uploads of the attempts this committer set up: work directory -> path -> description (upload id,
+        #: and once the file is closed its parts and size); what the task commit records and a discard aborts
+        self._written: dict[str, dict[str, dict[str, Any]]] = {}
 
     # ---------------------------------------------------------------- task side
+    def begin_attempt(self, work_dir: str) -> None:
+        self._written.setdefault(work_dir, {})
+
     def open_task_file(self, work_dir: str, rel: str) -> Any:
-        return MultipartFile(self.s3, rel, f"{work_dir}/{rel}{PENDING_SUFFIX}", self.part_size, self._wrote)
+        held = self._written.setdefault(work_dir, {})
+        replaced = held.get(rel)
+        if replaced is not None:   # the same name opened again: only the last upload is the attempt's file
+            self.s3.abort_upload(rel, replaced["upload_id"])
+        return MultipartFile(self.s3, rel, self.part_size, held)
 
-    def _wrote(self, pending_rel: str, doc: dict[str, Any]) -> None:
-        size = doc.pop("_bytes")
-        self._written[pending_rel] = (doc, size)
-
-    def _pending_of(self, work_dir: str, *, missing_ok: bool = False) -> list[dict[str, Any]]:
-        """The attempt's pending-upload descriptions. *missing_ok* for a discard: another party discarding the
-        same attempt at the same time (its own denied commit and a newer try's setup) may remove some first."""
+    def _pending_of(self, work_dir: str) -> list[dict[str, Any]]:
+        """The ``.pending`` descriptions an earlier release wrote in the attempt's directory (one listing). One
+        removed since the listing was removed by a party that recorded the attempt failed (its own denied commit
+        and a newer try's setup may discard it at the same time)."""
         out = []
-        for rel, size in self.store.list_files(work_dir):
+        for rel, _ in self.store.list_files(work_dir):
             if rel.endswith(PENDING_SUFFIX):
                 where = f"{work_dir}/{rel}"
-                known = self._written.get(where)
-                if known is not None and known[1] == size:
-                    out.append(known[0])
-                    continue
                 try:
                     out.append(json.loads(self.store.read_bytes(where)))
-                except FileNotFoundError as exc:
-                    if missing_ok:
-                        continue
-                    raise CorruptRecord(f"pending upload record {self.store.url(where)} is unreadable: {exc}") \
-                        from exc
+                except FileNotFoundError:
+                    continue
                 except ValueError as exc:
                     raise CorruptRecord(f"pending upload record {self.store.url(where)} is unreadable: {exc}") from exc
         return out
 
     def attempt_files(self, work_dir: str, task: int, rows: Mapping[str, int | None]) -> list[FileEntry]:
-        """The attempt's pending uploads as record entries: key, upload id, ordered part ETags, size, rows."""
+        """The attempt's pending uploads as record entries: key, upload id, ordered part ETags, size, rows.
+
+        They come from what this committer holds, not from a listing. That is enough because the record is
+        only ever created after this attempt's exclusive claim to commit, and every party that removes an
+        attempt's files (its own abort, a newer try's fencing, the teardown, a denial) records it failed first,
+        by the same exclusive claim: if the claim is ours, nobody has aborted these uploads, and nobody will
+        (the job commit and the abort keep every upload a record or a claim to commit lists). The writer's
+        report is still checked against them (a file reported but never opened here, or of another size).
+
+        An attempt this committer did not set up (its uploads' part ETags are in another process's memory) can
+        only be committed from an earlier release's ``.pending`` descriptions; without them this is a
+        :class:`CommitProtocolError`, raised before anything is recorded."""
+        held = self._written.get(work_dir)
+        if held is None:
+            held = {p["path"]: p for p in self._pending_of(work_dir)}
+            if not held:
+                raise CommitProtocolError(
+                    f"task attempt {work_dir.rsplit('/', 1)[-1]} was not set up by this committer: the magic "
+                    "committer holds an attempt's uploads (their part ETags) in the memory of the process that "
+                    "wrote them, so commit_task must run in the committer whose setup_task or "
+                    "recover_or_setup_task created the attempt (as run_task_attempt does)")
         files = []
-        # missing_ok: a description removed since the listing is one a party that recorded the attempt failed
-        # removed; the commit then finds the writer's file missing, and the claim says why
-        for p in sorted(self._pending_of(work_dir, missing_ok=True), key=lambda p: p["path"]):
+        for p in sorted(held.values(), key=lambda p: p["path"]):
             if p["state"] != "closed":
                 raise CorruptRecord(f"task attempt {work_dir.rsplit('/', 1)[-1]}: {p['path']} was never closed; "
                                     "commit after closing every file")
@@ -168,16 +181,35 @@ class MultipartPublisher(Publisher):
         return files
 
     def pending_uploads(self, work_dir: str) -> set[str]:
-        return {p["upload_id"] for p in self._pending_of(work_dir, missing_ok=True)}
+        """The upload ids an earlier release's ``.pending`` descriptions name (an attempt that claimed its
+        commit with the word ``committing``, before claims held the record)."""
+        return {p["upload_id"] for p in self._pending_of(work_dir)}
 
-    def discard(self, work_dir: str) -> None:
-        """Abort the attempt's uploads, then remove its ``.pending`` records."""
-        for p in self._pending_of(work_dir, missing_ok=True):
+    def discard(self, work_dir: str) -> bool:
+        """Abort the attempt's uploads where this committer holds them (every one, closed or not), and report
+        ``True``; else remove an earlier release's ``.pending`` descriptions, aborting the uploads they name, and
+        report ``False``: the caller then sweeps the task's uploads (:meth:`task_uploads`)."""
+        held = self._written.get(work_dir)
+        if held is not None:   # this release writes nothing under the attempt's directory
+            for p in list(held.values()):
+                self.s3.abort_upload(p["path"], p["upload_id"])
+            # still held, and empty: a later commit of the attempt in this committer (a zombie's, denied by the
+            # claim that the discard followed) finds nothing rather than an attempt it does not know
+            held.clear()
+            return True
+        for p in self._pending_of(work_dir):
             self.s3.abort_upload(p["path"], p["upload_id"])
         self.store.delete_tree(work_dir)
-        prefix = work_dir + "/"
-        for where in [w for w in self._written if w.startswith(prefix)]:
-            del self._written[where]
+        return False
+
+    def task_uploads(self, file_prefix: str) -> list[tuple[str, str]]:
+        """The pending uploads (path, upload id) whose file name starts with *file_prefix* (a task's, in one
+        generation: :attr:`~..tasks.attempts.TaskAttemptContext.file_prefix`), whichever attempt started them."""
+        return [(rel, uid) for rel, uid in self.s3.list_uploads() if rel.rsplit("/", 1)[-1].startswith(file_prefix)]
+
+    def abort_uploads(self, uploads: Sequence[tuple[str, str]]) -> None:
+        for rel, uid in uploads:
+            self.s3.abort_upload(rel, uid)
 
     # ---------------------------------------------------------------- job side
     def publish(self, recs: Sequence[TaskCommitRecord]) -> int:

@@ -95,6 +95,12 @@ class Store(ABC):
     def list_dir(self, rel: str) -> list[str]:
         """Names of the direct children of *rel* (files and directories). Empty when *rel* is missing."""
 
+    def list_dir_digests(self, rel: str) -> dict[str, str | None]:
+        """:meth:`list_dir`'s names, each with the MD5 (hex) of the file's bytes where the listing itself gives it
+        (S3: the ETag of an object written in one request), else ``None``: what tells a reader, for free, that a
+        record it read is still the same (:meth:`~..job.Job.job_record_as_listed`)."""
+        return dict.fromkeys(self.list_dir(rel))
+
     def list_dir_prefix(self, rel: str, prefix: str) -> list[str]:
         """The names of :meth:`list_dir` that start with *prefix* (object stores ask for just those)."""
         return [name for name in self.list_dir(rel) if name.startswith(prefix)]

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..parallel import parallel
+from ..paths import is_hidden
 from .generic import FsspecStore
 
 #: S3's minimum size of every part of a multipart upload but the last.
@@ -132,10 +133,28 @@ class S3Store(FsspecStore):
         self._hook()
         return bytes(self.fs.tail(self._p(rel), size))
 
+    def _list(self, rel: str, prefix: str = "", delimiter: str = "/") -> list[tuple[str, dict[str, Any] | None]]:
+        """ListObjectsV2 under *rel* (names relative to it, starting with *prefix*): each object with its entry,
+        each common prefix (with *delimiter*) with ``None``. Straight through the client, not s3fs's ``ls`` or
+        ``find``: those cache, and on an empty prefix ``find`` HEADs the path and lists it again to tell a missing
+        directory from a file -- three requests where the protocol's question (what is under it?) takes one."""
+        base = self.key(rel).rstrip("/") + "/" if rel or self.prefix else ""
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": base + prefix}
+        if delimiter:
+            kwargs["Delimiter"] = delimiter
+        out: list[tuple[str, dict[str, Any] | None]] = []
+        while True:
+            resp = self._client_call("list_objects_v2", **kwargs)
+            out += [(o["Key"][len(base):], o) for o in resp.get("Contents", []) if o["Key"] != base]
+            out += [(p["Prefix"][len(base):].rstrip("/"), None) for p in resp.get("CommonPrefixes", [])]
+            if not resp.get("IsTruncated"):
+                return out
+            kwargs["ContinuationToken"] = resp["NextContinuationToken"]
+
     def list_files(self, rel: str = "", *, visible_only: bool = False) -> list[tuple[str, int]]:
-        self._hook()
-        self.fs.invalidate_cache()
-        return [(p, s) for p, s in super().list_files(rel, visible_only=visible_only) if p and not p.endswith("/")]
+        """Every file under *rel*, with its size: one request per 1,000 (directory markers left out)."""
+        return [(name, int(o["Size"])) for name, o in self._list(rel, delimiter="")
+                if o is not None and not name.endswith("/") and not (visible_only and is_hidden(name))]
 
     def file_versions(self, rels: Sequence[str]) -> dict[str, tuple[int, str]]:
         self._hook()
@@ -143,22 +162,21 @@ class S3Store(FsspecStore):
         return super().file_versions(rels)
 
     def list_dir(self, rel: str) -> list[str]:
-        self._hook()
-        self.fs.invalidate_cache()
-        return super().list_dir(rel)
+        return self.list_dir_prefix(rel, "")
+
+    def list_dir_digests(self, rel: str) -> dict[str, str | None]:
+        """One listing, as :meth:`list_dir`; an ETag is an MD5 only for an object written in one request (a
+        multipart one's ends in ``-<parts>``; under SSE-KMS or SSE-C it is no MD5 at all, and then simply never
+        matches one)."""
+        out: dict[str, str | None] = {}
+        for name, o in self._list(rel):
+            digest = str(o.get("ETag", "")).strip('"') if o is not None else ""
+            out[name] = digest if digest and "-" not in digest else None
+        return out
 
     def list_dir_prefix(self, rel: str, prefix: str) -> list[str]:
         """ListObjectsV2 with the prefix: only the matching names, however many siblings they have."""
-        base = self.key(rel).rstrip("/") + "/" if rel or self.prefix else ""
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": base + prefix, "Delimiter": "/"}
-        out: list[str] = []
-        while True:
-            resp = self._client_call("list_objects_v2", **kwargs)
-            out += [o["Key"][len(base):] for o in resp.get("Contents", [])]
-            out += [p["Prefix"][len(base):].rstrip("/") for p in resp.get("CommonPrefixes", [])]
-            if not resp.get("IsTruncated"):
-                return out
-            kwargs["ContinuationToken"] = resp["NextContinuationToken"]
+        return [name for name, _ in self._list(rel, prefix)]
 
     # ---------------------------------------------------------------- writes
     def create_exclusive(self, rel: str, data: bytes, *, like: str | None = None) -> bool:

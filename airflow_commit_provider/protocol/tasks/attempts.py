@@ -47,9 +47,14 @@ class TaskAttemptContext:
 
     @property
     def file_prefix(self) -> str:
-        """How the default (Spark-style) names of this task's files begin, ``part-<task:05d>-<job uuid>-``: every
-        try of the task in this generation writes the same names, and no other task or generation writes them."""
-        return f"part-{self.task:05d}-{self.job_uuid}-"
+        """How the default (Spark-style) names of this task's files begin (:func:`file_prefix`)."""
+        return file_prefix(self.task, self.job_uuid)
+
+
+def file_prefix(task: int, job_uuid: str) -> str:
+    """How the default (Spark-style) names of a task's files begin, ``part-<task:05d>-<job uuid>-``: every try of
+    the task in generation *job_uuid* writes the same names, and no other task or generation writes them."""
+    return f"part-{task:05d}-{job_uuid}-"
 
 
 class _Refused(Exception):
@@ -94,12 +99,17 @@ class TaskAttempts:
         ta = TaskAttemptContext(self.job.job_id, job.job_uuid, app, task, attempt,
                                 self.layout.attempt_dir(app, task, attempt))
         self.ledger.start(app, task, attempt)
+        self.publisher.begin_attempt(ta.work_dir)
+        fenced = False
         for trace in self.ledger.earlier(app, task, attempt):
             if trace.fate is None and self.fail_and_discard(app, task, trace.attempt):
+                fenced = True
                 # what a retry's log says about the try it replaces: killed or lost, and now unable to commit
                 log.warning("task %d: attempt %d (a try that was killed, lost or is still running as a zombie) is "
                             "now recorded failed and fenced: it can never commit, its files were removed",
                             task, trace.attempt)
+        if fenced:   # the uploads of the tries it fenced, which their own processes held
+            self.sweep_uploads(job.job_uuid, task, fencer=(app, attempt))
         if not self.store.has_directories:   # where directories exist, the ledger's trace made it already
             self.store.makedirs(ta.work_dir)
         inject("setup_task.after_dir")
@@ -107,11 +117,59 @@ class TaskAttempts:
 
     def fail_and_discard(self, app: int, task: int, attempt: int) -> bool:
         """Record the attempt failed, then remove its files; ``False`` (nothing removed) when it had claimed its
-        commit first: a commit in flight is never emptied."""
+        commit first: a commit in flight is never emptied. Magic uploads that only the attempt's own process
+        held are left to the caller: a newer try's set-up sweeps them (:meth:`sweep_uploads`), the teardown
+        aborts every upload of the job that no kept commit lists."""
         if self.ledger.claim(app, task, attempt, FAILED) != FAILED:
             return False
         self.publisher.discard(self.layout.attempt_dir(app, task, attempt))
         return True
+
+    def sweep_uploads(self, job_uuid: str, task: int, fencer: tuple[int, int] | None = None) -> None:
+        """Abort the pending uploads of the task's attempts that are recorded failed, for a party that does not
+        hold them (a newer try's set-up that fenced earlier ones, *fencer* being its ``(app, attempt)``, which has
+        no upload yet; a discard in a committer that did not set the attempt up). Nothing for v1 and v2.
+
+        S3's list of pending uploads (by the task's :func:`file_prefix` in generation *job_uuid*) does not say
+        which attempt started an upload. So the task's traces in every application attempt of the generation are
+        read *after* that list: an attempt leaves its trace before it starts an upload, so every listed upload's
+        attempt is among them. If one of them (but *fencer*) has no fate yet, it may still commit what it
+        uploaded -- a try that started late, an attempt of another application attempt -- and nothing is aborted
+        here (the job commit and the job's abort abort what is left). Otherwise each listed upload belongs to an
+        attempt recorded failed, or to one whose record or claim to commit (read after the list as well) names
+        it and which is kept. A generation that is gone leaves only uploads nobody can commit."""
+        if not self.publisher.has_uploads:
+            return
+        uploads = self.publisher.task_uploads(file_prefix(task, job_uuid))
+        if not uploads:
+            return
+        job = self.job.job_record()
+        live: set[str] = set()
+        if job is not None and job.job_uuid == job_uuid:
+            for app in self.job.app_attempts(job):
+                rec = self.record(app, task, job_uuid)
+                live |= {f.upload_id for f in rec.files if f.upload_id} if rec is not None else set()
+                for trace in self.ledger.traces(app, task):
+                    if (app, trace.attempt) == fencer or trace.fate == FAILED:
+                        continue
+                    if trace.fate is None:
+                        return
+                    live |= self.committing_uploads(app, task, trace.attempt)
+        self.publisher.abort_uploads([(rel, uid) for rel, uid in uploads if uid not in live])
+
+    def committing_uploads(self, app: int, task: int, attempt: int) -> set[str]:
+        """The upload ids of an attempt that claimed its commit (magic; nothing for v1 and v2): those of the record
+        its claim holds, or an earlier release's ``.pending`` descriptions (its claim then holds the word)."""
+        if not self.publisher.has_uploads:
+            return set()
+        rel = self.layout.attempt_claim(app, task, attempt)
+        try:
+            data = self.store.read_bytes(rel)
+        except FileNotFoundError:
+            return set()
+        if data[:1] == b"{":
+            return {f.upload_id for f in TaskCommitRecord.from_json(data, self.store.url(rel)).files if f.upload_id}
+        return self.publisher.pending_uploads(self.layout.attempt_dir(app, task, attempt))
 
     def abort(self, ta: TaskAttemptContext) -> bool:
         """See :meth:`~.committer.FileOutputCommitter.abort_task` (timed and logged as ``abort_task``)."""
@@ -139,7 +197,13 @@ class TaskAttempts:
         rec = self.record(ta.app_attempt, ta.task, ta.job_uuid)
         if rec is not None and rec.attempt == ta.attempt and not rec.adopted:
             return
-        self.publisher.discard(ta.work_dir)
+        self.discard_files(ta)
+
+    def discard_files(self, ta: TaskAttemptContext) -> None:
+        """Remove what attempt *ta* (recorded failed, or denied) wrote: its directory, and its uploads, which
+        this committer holds if it set the attempt up, else are swept (:meth:`sweep_uploads`)."""
+        if not self.publisher.discard(ta.work_dir):
+            self.sweep_uploads(ta.job_uuid, ta.task)
 
     def leave_committed_job(self, ta: TaskAttemptContext) -> None:
         """Remove what attempt *ta* wrote after its job committed and was cleaned up (a try set up before the
@@ -176,11 +240,14 @@ class TaskAttempts:
     def _commit(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None,
                 sizes: Mapping[str, int] | None) -> dict[str, Any]:
         inject("commit_task.before_record")
-        job = self.job.require_job()
+        # The generation, the plan and the application attempt may all have changed since the set-up: read again,
+        # from one listing of the job directory (the job record itself only when the listing says it changed).
+        listing = self.store.list_dir_digests(self.layout.job_dir)
+        job = self.job.job_record_as_listed(listing)
         if ta.job_uuid != job.job_uuid:
             raise self.denied(ta, f"task attempt {ta.name} belongs to job generation {ta.job_uuid}, the job is "
                                   f"now {job.job_uuid}; its files were removed")
-        plan, current = self.job.plan_and_app_attempt(job)
+        plan, current = self.job.plan_and_app_attempt(job, listing)
         if plan is not None:
             rec = self.record(plan.app_attempt, ta.task, ta.job_uuid) if ta.task in plan.tasks else None
             if rec is not None and rec.attempt == ta.attempt and rec.app_attempt == ta.app_attempt:
@@ -223,7 +290,7 @@ class TaskAttempts:
                 # the writer reported: the attempt is recorded failed and cannot commit
                 assert refusal is not None
                 self.ledger.overrule(ta.app_attempt, ta.task, ta.attempt)
-                self.publisher.discard(ta.work_dir)
+                self.discard_files(ta)
                 raise refusal.error
             mine = TaskCommitRecord.from_json(data, rec_path)  # as any reader will see it, checked before it exists
             # the attempt's files reach the disk before the record that names them (in the worker, in parallel

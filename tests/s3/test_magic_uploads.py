@@ -1,0 +1,215 @@
+"""The magic committer's uploads without ``.pending`` descriptions: who finds an attempt's uploads, and when.
+
+The committer that set up an attempt holds its uploads in memory; a party that does not (a newer try fencing a
+killed or paused one, the job commit, the teardown) finds them in S3's list of pending uploads. Each case here
+runs the attempt in a real worker process, stopped or killed at a fault point with one file closed and the next
+one open (an upload no description anywhere names), on moto's server over HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import boto3
+import pytest
+
+from airflow_commit_provider.protocol import CommitProtocolError, TaskAttemptWriter, faults, make_committer
+from airflow_commit_provider.protocol import run_task_attempt
+
+from ..protocol import scenario as sc
+
+PART = 5 * 2**20
+
+#: try *attempt* of task 0: two partitions, so closing the writer closes one file while the other is still open
+_TRY = textwrap.dedent("""
+    import sys
+    from airflow_commit_provider.protocol import make_committer, run_task_attempt
+    from tests.protocol import scenario as sc
+    root, attempt = sys.argv[1], int(sys.argv[2])
+    c = make_committer(root, "job", algorithm="magic", mode="append", partition_by=["day"], part_size=5 * 2**20)
+    try:
+        out = run_task_attempt(c, 0, attempt, lambda w: w.write(sc.task_table(0, attempt)))
+        print("outcome", out.status)
+    except Exception as exc:
+        print("raised", type(exc).__name__, exc)
+""")
+
+
+def make(root: str):
+    return make_committer(root, "job", algorithm="magic", mode="append", partition_by=["day"], part_size=PART)
+
+
+def job_uploads(bucket: str, job_uuid: str) -> list[str]:
+    resp = boto3.client("s3").list_multipart_uploads(Bucket=bucket)
+    return sorted(u["UploadId"] for u in resp.get("Uploads", []) if job_uuid in u["Key"])
+
+
+def start_try(root: str, attempt: int, fault: str) -> subprocess.Popen:
+    env = {**os.environ, faults.ENV_VAR: fault, "PYTHONPATH": os.environ.get("PYTHONPATH", os.getcwd())}
+    return subprocess.Popen([sys.executable, "-c", _TRY, root, str(attempt)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def wait_stopped(proc: subprocess.Popen) -> None:
+    """Until the worker has stopped itself (SIGSTOP at its fault point) or ended; bounded, not a timed assertion."""
+    import time
+
+    for _ in range(60000):
+        with open(f"/proc/{proc.pid}/stat") as fh:
+            if fh.read().rsplit(")", 1)[1].split()[0] in "TZ":
+                return
+        time.sleep(0.01)
+    raise AssertionError("the worker never reached its fault point")
+
+
+def killed_after_one_file(root: str) -> None:
+    proc = start_try(root, 1, "writer.after_file=kill")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == -signal.SIGKILL, err[-2000:]
+
+
+def test_a_killed_attempts_uploads_are_aborted_by_the_newer_tries_fencing(bucket):
+    """Try 1 is killed with one file closed and one open: two pending uploads, which try 2's set-up (another
+    process: it holds neither) aborts when it fences try 1, before writing anything itself. Before, the open one
+    had no ``.pending`` and stayed until the job commit."""
+    root = f"s3://{bucket}/killed"
+    c = make(root)
+    c.setup_job()
+    uuid = c.job_record().job_uuid
+    killed_after_one_file(root)
+    assert len(job_uploads(bucket, uuid)) == 2
+    ta = make(root).setup_task(0, 2)
+    assert job_uploads(bucket, uuid) == [], "the fenced try's uploads, closed and open, are aborted"
+    c2 = make(root)
+    c2.abort_task(ta)
+    assert run_task_attempt(c2, 0, 3, lambda w: w.write(sc.task_table(0, 3))).status == "committed"
+    for t in range(1, sc.TASKS):
+        run_task_attempt(c2, t, 1, lambda w, t=t: w.write(sc.task_table(t, 1)))
+    c2.commit_job(sc.TASKS)
+    sc.assert_exactly_once(sc.read_rows(root))
+    assert {r["attempt"] for r in sc.read_rows(root) if r["task"] == 0} == {3}
+    assert job_uploads(bucket, uuid) == []
+
+
+def test_a_killed_attempts_uploads_in_an_earlier_application_attempt_are_aborted_by_the_job_commit(bucket):
+    """Killed in application attempt 0, the try is not fenced by the next application attempt's try (fencing is
+    per application attempt) and its uploads stay pending -- until the job commit aborts every upload of the job
+    that no record lists."""
+    root = f"s3://{bucket}/killed-app"
+    c = make(root)
+    c.setup_job()
+    uuid = c.job_record().job_uuid
+    killed_after_one_file(root)
+    killed = job_uploads(bucket, uuid)
+    assert len(killed) == 2
+    c.setup_job()   # the clear: application attempt 1
+    for t in range(sc.TASKS):
+        assert run_task_attempt(c, t, 2, lambda w, t=t: w.write(sc.task_table(t, 2))).status == "committed"
+    assert set(killed) <= set(job_uploads(bucket, uuid)), "no fencing across application attempts"
+    c.commit_job(sc.TASKS)
+    sc.assert_exactly_once(sc.read_rows(root))
+    assert job_uploads(bucket, uuid) == []
+
+
+def test_a_zombie_magic_attempt_is_fenced(bucket):
+    """Try 1 stops itself (a zombie) with one file closed and one open; try 2 runs and commits, fencing it (its
+    uploads aborted); then try 1 wakes, finishes its files and cannot commit. Exactly try 2's rows, nothing left
+    pending."""
+    root = f"s3://{bucket}/zombie"
+    c = make(root)
+    c.setup_job()
+    uuid = c.job_record().job_uuid
+    zombie = start_try(root, 1, "writer.after_file=stop")
+    try:
+        wait_stopped(zombie)
+        assert len(job_uploads(bucket, uuid)) == 2
+        out = run_task_attempt(c, 0, 2, lambda w: w.write(sc.task_table(0, 2)))
+        assert out.status == "committed"
+        assert set(job_uploads(bucket, uuid)) == {f["upload_id"] for f in out.record["files"]}, \
+            "only the winner's uploads are pending"
+    finally:
+        os.kill(zombie.pid, signal.SIGCONT)
+    said, err = zombie.communicate(timeout=300)
+    assert zombie.returncode == 0, err[-2000:]
+    assert "outcome committed" not in said, said
+    assert set(job_uploads(bucket, uuid)) == {f["upload_id"] for f in out.record["files"]}
+    for t in range(1, sc.TASKS):
+        run_task_attempt(c, t, 1, lambda w, t=t: w.write(sc.task_table(t, 1)))
+    c.commit_job(sc.TASKS)
+    rows = sc.read_rows(root)
+    sc.assert_exactly_once(rows)
+    assert {r["attempt"] for r in rows if r["task"] == 0} == {2}
+    assert job_uploads(bucket, uuid) == []
+
+
+def test_a_sweep_leaves_an_attempt_that_may_still_commit_alone(bucket):
+    """A newer try's fencing must not abort the uploads of an attempt that has no fate yet: here try 3 fences
+    try 1 while try 2 (which started after try 3 listed the task's tries, so try 3 did not fence it) has
+    uploaded; try 2's uploads stay, and it commits."""
+    root = f"s3://{bucket}/late"
+    c = make(root)
+    c.setup_job()
+    uuid = c.job_record().job_uuid
+    killed_after_one_file(root)                          # try 1: killed, two uploads
+    late = make(root)
+    fencer = make(root)
+    faults.arm("setup_task.after_dir", "raise")
+    try:
+        with pytest.raises(faults.InjectedFault):
+            fencer.setup_task(0, 3)                      # try 3 fences try 1 (and sweeps) ...
+    finally:
+        faults.disarm()
+    assert job_uploads(bucket, uuid) == []
+    ta2 = late.setup_task(0, 2)                          # ... a late try 2, unfenced, uploads ...
+    w = TaskAttemptWriter(late, ta2, partition_by=["day"])
+    w.write(sc.task_table(0, 2))
+    w.close()
+    mine = job_uploads(bucket, uuid)
+    assert len(mine) == 2
+    fencer.attempts.sweep_uploads(uuid, 0, fencer=(0, 3))   # ... and a sweep now must leave them alone
+    assert job_uploads(bucket, uuid) == mine
+    assert late.commit_task(ta2, w.rows, sizes=w.sizes)["attempt"] == 2
+
+
+def test_commit_in_a_committer_that_did_not_set_up_the_attempt_is_refused_before_anything_is_recorded(bucket):
+    """Its uploads' part ETags are in the memory of the committer that wrote them: another committer cannot
+    build the record and says so, recording nothing; the right one then commits."""
+    root = f"s3://{bucket}/other"
+    c = make(root)
+    c.setup_job()
+    ta = c.setup_task(0, 1)
+    with TaskAttemptWriter(c, ta, partition_by=["day"]) as w:
+        w.write(sc.task_table(0, 1))
+    with pytest.raises(CommitProtocolError, match="not set up by this committer"):
+        make(root).commit_task(ta, w.rows, sizes=w.sizes)
+    assert c.job.ledger.fate(0, 0, 1) is None and c.job.task_record(0, 0, ta.job_uuid) is None
+    assert c.commit_task(ta, w.rows, sizes=w.sizes)["attempt"] == 1
+
+
+def test_an_earlier_releases_pending_descriptions_are_still_read(bucket):
+    """An attempt of an earlier release described its uploads in ``.pending`` files in its directory: a
+    committer that did not write it commits from them, and a discard aborts what they name."""
+    root = f"s3://{bucket}/legacy"
+    c = make(root)
+    c.setup_job()
+    atts = []
+    for task in (0, 1):
+        ta = c.setup_task(task, 1)
+        with TaskAttemptWriter(c, ta, partition_by=["day"]) as w:
+            w.write(sc.task_table(task, 1))
+        for doc in c.job.publisher._written[ta.work_dir].values():   # what an earlier release wrote per file
+            c.store.write_bytes(f"{ta.work_dir}/{doc['path']}.pending", json.dumps(doc).encode())
+        atts.append((ta, w))
+    other = make(root)
+    ta, w = atts[0]
+    assert other.commit_task(ta, w.rows, sizes=w.sizes)["attempt"] == 1
+    ta, w = atts[1]
+    uploads = {d["upload_id"] for d in c.job.publisher._written[ta.work_dir].values()}
+    assert uploads <= set(job_uploads(bucket, ta.job_uuid))
+    assert other.abort_task(ta)
+    assert not uploads & set(job_uploads(bucket, ta.job_uuid))
