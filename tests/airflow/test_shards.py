@@ -167,7 +167,7 @@ def test_a_job_commit_refuses_a_shards_per_task_changed_since_the_setup(tmp_path
     for task in range(before):   # the one write task instance's shards, as its write runs them
         assert run_task_attempt(committer, task, 1, lambda w, t=task: w.write(pa.table({"x": [t]}))).status \
             == "committed"
-    from airflow.sdk.exceptions import AirflowFailException
+    from airflow_commit_provider.operators.failures import AirflowFailException   # the Task SDK's, or 3.1's
 
     with pytest.raises(AirflowFailException, match=rf"InvalidOutputSpec: CommitJobOperator 'commit{after}': job "
                        rf"\S+ was set up with shards_per_task={before}, this stage has shards_per_task={after}\."):
