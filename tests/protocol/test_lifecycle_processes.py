@@ -662,6 +662,37 @@ def test_a_zombie_teardown_woken_after_the_clear_stands_down(purge: bool) -> Non
         h.dispose()
 
 
+@pytest.mark.parametrize("algorithm", [1, 2])
+@pytest.mark.parametrize("point", ["commit_job.after_deletes@1", "commit_job.after_commit_log@1",
+                                   "commit_job.after_success@1"])
+def test_a_zombie_job_commit_woken_after_the_next_generation_was_set_up_changes_nothing(algorithm: int,
+                                                                                          point: str) -> None:
+    """The commit task pauses after a stage (SIGSTOP at *point*); its retry commits the job; the user clears the
+    run, so a new generation is set up; then the old commit wakes. It used to go on with its remaining stages,
+    and its cleanup moved the new generation's job record and application attempt away: the new generation then
+    counted as committed, with the old generation's output (found by ``python -m tests.schedules --processes``,
+    seed 20035). Each stage now first checks that the job record is still its generation's."""
+    h = ProcessLifecycle(Config(store="local", algorithm=algorithm, mode="append", tasks=1, partition_by=()))
+    try:
+        h.setup()
+        h.pause_next(point)
+        h.start(n=3, task=0, parts=[[]])
+        h.write(n=3)
+        h.close(n=3)
+        h.commit(n=3)
+        h.commit_job()
+        h.commit_job()
+        h.setup()
+        h.resume(1)
+        h.start(n=4, task=0, parts=[[]])   # the new generation goes on: its task, then its commit
+        h.write(n=4)
+        h.close(n=4)
+        h.commit(n=4)
+        h.commit_job()
+    finally:
+        h.dispose()
+
+
 #: the points of a v2 teardown between removing a task's record and its last visible file: right after task 0's
 #: record, after task 0's first visible file (of three), right after task 1's record (task 0 fully withdrawn)
 BETWEEN_RECORD_AND_FILES = ["abort_job.after_task_record@1", "commit_job.mid_delete@1",

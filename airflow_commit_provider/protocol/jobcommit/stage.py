@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from ..errors import JobAlreadyCommitted
 from ..faults import inject
 from ..job import Job
 from ..records.job import CommitLog, CommitPlan, JobRecord
@@ -39,6 +40,20 @@ class JobCommitRun:
     #: a table target's transaction (:class:`~.table.TableCommitStage`), reported in the manifest
     table_commit: TableCommit | None = None
 
+    def check_current(self, stage: str) -> None:
+        """:class:`~..errors.JobAlreadyCommitted` when the job record is no longer this commit's generation:
+        another run finished this very commit meanwhile (it took the record away), and a newer generation may be
+        set up already. A commit that paused (a zombie commit task) and wakes then changes nothing: its next stage
+        would redo what the other run did, or withdraw, replace or clean up the newer generation's state (its
+        cleanup would move the new job record and application attempt away)."""
+        now = self.scope.job_record()
+        if now is None or now.job_uuid != self.job.job_uuid:
+            raise JobAlreadyCommitted(
+                f"job {self.scope.job_id}: generation {self.job.generation} ({self.job.job_uuid}) was committed by "
+                f"another run while this commit was at {stage}"
+                + ("" if now is None else f", and generation {now.generation} has started since")
+                + "; this commit stops here and changes nothing")
+
 
 @dataclass
 class Plan:
@@ -56,6 +71,10 @@ class Stage(ABC, Generic[In, Out]):
     name: str = ""
     #: the fault point fired after the stage (:mod:`.faults`), if any
     fault: str | None = None
+    #: whether the stage first checks that the job is still this commit's generation (:meth:`JobCommitRun.
+    #: check_current`): every stage that writes, but the recovery before the plan (it adopts into this
+    #: generation's own application attempt only)
+    checks_generation: bool = True
 
     def __init__(self, run: JobCommitRun) -> None:
         self.run = run
@@ -63,6 +82,8 @@ class Stage(ABC, Generic[In, Out]):
 
     def __call__(self, arg: In) -> Out:
         with Timed(self.run.clock, f"job {self.scope.job_id}", self.name) as t:
+            if self.checks_generation:
+                self.run.check_current(self.name)
             out = self.apply(arg)
             t.counts = self.counts(out)
         if self.fault:

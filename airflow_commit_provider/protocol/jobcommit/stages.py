@@ -36,6 +36,7 @@ class RecoverTasks(Stage[Sequence[int], dict[int, TaskCommitRecord]]):
     """Every expected task's record in the current application attempt, recovering earlier attempts' (I5), and
     each task commit's effect finished; :class:`JobIncomplete` naming the tasks nobody committed (I3)."""
 
+    checks_generation = False   # reads, and adopts into this generation's application attempt only
     name = "recovery"
     fault = "commit_job.after_recovery"
 
