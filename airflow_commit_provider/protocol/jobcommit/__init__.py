@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import records
 from ..config import check_number
-from ..errors import JobNotSetUp
+from ..errors import JobAlreadyCommitted, JobNotSetUp
 from ..faults import inject
 from ..job import Job
 from ..records.job import JobRecord
@@ -68,6 +68,14 @@ def commit_job(scope: Job, expected_tasks: int | Iterable[int] | None = None, *,
         tasks = sorted({check_number(t, "task") for t in expected_tasks})
     try:
         return run_job_commit(scope, job, tasks, clock, defer_cleanup)
+    except JobAlreadyCommitted:
+        # a stage found the job record gone (:meth:`~.stage.JobCommitRun.check_current`): another run finished
+        # this very commit meanwhile; unless a newer generation started since, the caller gets its manifest, as a
+        # commit_job called after it does
+        log_ = scope.commit_log()
+        if scope.job_record() is None and log_ is not None and log_.manifest.get("job_uuid") == job.job_uuid:
+            return dict(log_.manifest)
+        raise
     except Exception:
         now = scope.job_record()
         # a stage failed (not a fault injected between two) of a generation still uncommitted: a failed cleanup
