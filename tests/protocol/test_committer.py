@@ -304,11 +304,14 @@ def test_zombie_of_older_application_attempt_is_ignored(root):
     assert {r["attempt"] for r in sc.read_rows(root)} == {2}
 
 
+@pytest.mark.parametrize("fails", [False, True], ids=["asks-to-commit", "its-code-fails"])
 @pytest.mark.parametrize("algorithm", [1, 2])
-def test_a_zombie_woken_after_the_job_committed_leaves_nothing_behind(root, algorithm):
+def test_a_zombie_woken_after_the_job_committed_leaves_nothing_behind(root, algorithm, fails):
     """A try set up before its job committed and cleaned up writes on when it wakes (its writes re-create the
-    job's directories) and asks to commit: it is told what was committed, and what it wrote is removed, with
-    the directories it re-created; it records nothing, and the output is unchanged."""
+    job's directories), then asks to commit, or its own code fails (it is aborted): what it wrote is removed,
+    with the directories it re-created, and it records nothing there (a claim in a committed job's re-created
+    directories is hidden garbage nothing would remove). Asking, it is told what was committed; the output is
+    unchanged either way."""
     c = make(root, algorithm=algorithm)
     c.setup_job()
     zombie = FileOutputCommitter(root, "job", mode="append", partition_by=["day"], algorithm=algorithm)
@@ -319,34 +322,18 @@ def test_a_zombie_woken_after_the_job_committed_leaves_nothing_behind(root, algo
         c.commit_job(1)
         assert not c.store.exists("_temporary")
         w.write(sc.task_table(0, 1))   # the zombie writes on
+        if fails:
+            raise ValueError("the zombie's code fails")
 
-    out = run_task_attempt(zombie, 0, 1, wake_after_the_commit)
-    assert out.status == "already_committed" and out.record["attempt"] == 2 and out.ran_callable
+    if fails:
+        with pytest.raises(ValueError, match="the zombie's code fails"):
+            run_task_attempt(zombie, 0, 1, wake_after_the_commit)
+    else:
+        out = run_task_attempt(zombie, 0, 1, wake_after_the_commit)
+        assert out.status == "already_committed" and out.record["attempt"] == 2 and out.ran_callable
     assert not c.store.exists("_temporary"), c.store.list_files("_temporary")
     committed = sorted(f["path"] for f in read_success_marker(root)["files"])
     assert sorted(sc.visible_files(root)) == committed, "nothing of the zombie became visible"
-    assert {r["attempt"] for r in sc.read_rows(root)} == {2}
-
-
-@pytest.mark.parametrize("algorithm", [1, 2])
-def test_a_zombie_failing_after_the_job_committed_leaves_nothing_behind(root, algorithm):
-    """A try set up before its job committed and cleaned up whose own code fails when it wakes is aborted: it
-    removes what it wrote and the directories its writes re-created, and records no failure there (a claim in a
-    committed job's re-created directories is hidden garbage nothing would remove)."""
-    c = make(root, algorithm=algorithm)
-    c.setup_job()
-    zombie = FileOutputCommitter(root, "job", mode="append", partition_by=["day"], algorithm=algorithm)
-
-    def wake_after_the_commit_and_fail(w):
-        assert run_task_attempt(c, 0, 2, produce(0, 2)).status == "committed"
-        c.commit_job(1)
-        w.write(sc.task_table(0, 1))   # the zombie writes on (re-creating the job's directories), then fails
-        raise ValueError("the zombie's code fails")
-
-    with pytest.raises(ValueError, match="the zombie's code fails"):
-        run_task_attempt(zombie, 0, 1, wake_after_the_commit_and_fail)
-    assert not c.store.exists("_temporary"), c.store.list_files("_temporary")
-    assert sorted(sc.visible_files(root)) == sorted(f["path"] for f in read_success_marker(root)["files"])
     assert {r["attempt"] for r in sc.read_rows(root)} == {2}
 
 
