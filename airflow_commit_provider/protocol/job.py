@@ -89,7 +89,7 @@ class Job:
             return None
         last = self._last_job   # read once: threads share the Job, and another may store an older record meanwhile
         if last is None or last[0] != data:
-            last = (data, JobRecord.from_json(data, self.store.url(self.layout.job_record)))
+            last = (data, JobRecord.parsed(data, self.store.url(self.layout.job_record)))
             self._last_job = last
         return last[1]
 

@@ -72,8 +72,9 @@ class Timed:
         ms = self.clock.durations[self.name] * 1000
         sent = f", requests {sum(requests.values())}" if requests else ""
         if exc is None:
-            log.info("%s: %s: %.1f ms%s%s", self.owner, self.name, ms,
-                     "".join(f", {k} {v}" for k, v in self.counts.items()), sent)
+            if log.isEnabledFor(logging.INFO):   # the counts are formatted only for a log that shows them
+                log.info("%s: %s: %.1f ms%s%s", self.owner, self.name, ms,
+                         "".join(f", {k} {v}" for k, v in self.counts.items()), sent)
         else:
             log.warning("%s: %s failed after %.1f ms%s: %s: %s", self.owner, self.name, ms, sent,
                         type(exc).__name__, exc)

@@ -78,7 +78,8 @@ class Publisher:
     # ------------------------------------------------------------------ task side
     def open_task_file(self, work_dir: str, rel: str) -> Any:
         """A writable binary file for *rel* (relative to the output root) in an attempt's work directory."""
-        stored = flat_name(rel, self.store.name_max) if self.flat_attempts and self.store.has_directories else rel
+        flat = "/" in rel and self.flat_attempts and self.store.has_directories   # name_max costs a statfs: asked
+        stored = flat_name(rel, self.store.name_max) if flat else rel            # only for a partitioned file
         return self.store.open_write(f"{work_dir}/{stored}")
 
     def attempt_files(self, work_dir: str, task: int, rows: Mapping[str, int | None]) -> list[FileEntry]:
@@ -219,7 +220,7 @@ def complete_moves(store: Store, job_id: str, rec: TaskCommitRecord, dst_dir: st
     directory. One listing, not one request per file: on S3 a finished task commit then costs a single LIST to
     check again. Files that become visible (``dst_dir == ""``) first withdraw the markers above them (I9)."""
     src = rec.work_dir
-    remaining = [rel for rel, _ in store.list_files(src)]
+    remaining = store.list_names(src)
     stored = stored_paths(remaining)   # flat or nested, whichever the attempt wrote (:func:`flat_name`)
     moves = [f for f in rec.files if f.path in stored]
     if moves and not dst_dir:

@@ -19,6 +19,7 @@ record                what it decides
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -174,6 +175,13 @@ class JobRecord:
     def read(cls, store: Store, rel: str) -> JobRecord | None:
         return records.read(store, rel, cls.KIND, cls.from_json)
 
+    @classmethod
+    def parsed(cls, data: bytes, where: str) -> JobRecord:
+        """:meth:`from_json`, remembered for the process: every task attempt reads its job's record at set-up,
+        each through a committer of its own (one per Airflow task instance, one per shard), and the same bytes
+        always parse to the same immutable record."""
+        return _parsed_job(data, where)
+
 
 @dataclass(frozen=True)
 class CommitPlan:
@@ -305,3 +313,8 @@ class CommitLog:
 
 
 __all__ = ["CommitLog", "CommitPlan", "InputFile", "JobRecord", "Replaces"]
+
+
+@functools.lru_cache(maxsize=8)   # a process works on few jobs; a compaction's record may be large
+def _parsed_job(data: bytes, where: str) -> JobRecord:
+    return JobRecord.from_json(data, where)

@@ -201,7 +201,12 @@ class Store(ABC):
     def delete_known_tree(self, rel: str, files: Iterable[str]) -> None:
         """:meth:`delete_tree` of a directory whose files (relative to it) the caller has just listed: where a
         directory tree costs a system call per entry, each named file and directory is removed by name instead of
-        walked again. Anything else found there is still removed."""
+        walked again. Anything else found there is still removed.
+
+        Unlike every other change, the removal need not be durable when the call returns (the local disk does not
+        fsync the parent for it): it is only ever a finished task commit's attempt directory (:func:`~..publish.
+        base.complete_moves`), whose files' new names are durable already and whose return after a power cut
+        only means "maybe unfinished" to its readers, who then finish it again (the moves are idempotent)."""
         self.delete_tree(rel)
 
     @abstractmethod
