@@ -2,6 +2,12 @@
 
 Every uncommitted attempt is first recorded failed (I10), so a zombie of it can never commit afterwards; an
 attempt that had already claimed its commit is left alone (its commit may still finish, and then counts).
+
+The teardown lists the magic committer's pending uploads *before* the attempts' traces, for the reason
+:meth:`~.tasks.attempts.TaskAttempts.sweep_uploads` gives: S3's list does not say which attempt started an upload,
+but an attempt leaves its trace before its first upload, so every listed upload's attempt is among the traces read
+afterwards, and is recorded failed, or kept, below. Only listed uploads are aborted: an attempt set up after the
+traces were read (a late or cleared try) may still commit, and its uploads, started after the list, stay.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ def abort_job(scope: Job, *, keep_committed: bool = False) -> dict[str, Any]:
     if scope.commit_plan(job) is not None:
         return {"job_id": scope.job_id, "state": "committing", "aborted": False}
     apps = scope.app_attempts(job)
+    # the teardown lists the pending uploads before the traces (see the module's docstring); a purge, which ends
+    # the generation and records no fate, aborts every upload it finds at its end
+    uploads = scope.publisher.job_uploads(job.job_uuid) if keep_committed else []
     inject("abort_job.after_read")
     removed_visible: list[str] = []
     kept: list[int] = []
@@ -80,8 +89,11 @@ def abort_job(scope: Job, *, keep_committed: bool = False) -> dict[str, Any]:
         withdraw_markers(scope.store, marker_dirs_above(strays))
         scope.store.delete_and_prune(strays, scope.commit_threads, mid_delete)
     removed_visible += strays
-    removed = len(removed_visible) + scope.publisher.abort_external(job.job_uuid,
-                                                                kept_uploads if keep_committed else set())
+    if not keep_committed:
+        uploads = scope.publisher.job_uploads(job.job_uuid)
+    aborted = [(rel, uid) for rel, uid in uploads if uid not in kept_uploads]
+    scope.publisher.abort_uploads(aborted)
+    removed = len(removed_visible) + len(aborted)
     if scope.target_claim:   # the target is free again, unless a generation of this job committed there
         if superseded(scope, job, apps):
             return stood_down(scope)

@@ -18,7 +18,8 @@ import textwrap
 import boto3
 import pytest
 
-from airflow_commit_provider.protocol import CommitProtocolError, TaskAttemptWriter, faults, make_committer
+from airflow_commit_provider.protocol import CommitDenied, CommitProtocolError, TaskAttemptWriter, faults
+from airflow_commit_provider.protocol import make_committer
 from airflow_commit_provider.protocol import run_task_attempt
 
 from ..protocol import scenario as sc
@@ -40,6 +41,16 @@ _TRY = textwrap.dedent("""
 """)
 
 
+#: the failed run's teardown, in its own process (it stops itself at a fault point the test arms)
+_TEARDOWN = textwrap.dedent("""
+    import sys
+    from airflow_commit_provider.protocol import make_committer
+    c = make_committer(sys.argv[1], "job", algorithm="magic", mode="append", partition_by=["day"],
+                       part_size=5 * 2**20)
+    print("teardown", c.abort_job(keep_committed=True)["state"])
+""")
+
+
 def make(root: str):
     return make_committer(root, "job", algorithm="magic", mode="append", partition_by=["day"], part_size=PART)
 
@@ -50,8 +61,12 @@ def job_uploads(bucket: str, job_uuid: str) -> list[str]:
 
 
 def start_try(root: str, attempt: int, fault: str) -> subprocess.Popen:
+    return start(_TRY, fault, root, str(attempt))
+
+
+def start(script: str, fault: str, *args: str) -> subprocess.Popen:
     env = {**os.environ, faults.ENV_VAR: fault, "PYTHONPATH": os.environ.get("PYTHONPATH", os.getcwd())}
-    return subprocess.Popen([sys.executable, "-c", _TRY, root, str(attempt)], env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-c", script, *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -213,3 +228,54 @@ def test_an_earlier_releases_pending_descriptions_are_still_read(bucket):
     assert uploads <= set(job_uploads(bucket, ta.job_uuid))
     assert other.abort_task(ta)
     assert not uploads & set(job_uploads(bucket, ta.job_uuid))
+
+
+@pytest.mark.parametrize("point,winner", [("abort_job.mid_delete", 2), ("abort_job.after_read", 3)])
+def test_a_try_set_up_while_the_teardown_runs_is_denied_or_counts(bucket, point, winner):
+    """The failed run's teardown stops at *point*; a try 2 of task 0 is set up now (a late or cleared try) and
+    uploads its files; then the teardown goes on. Try 2 then asks to commit: either its commit is refused and
+    nothing of it is left pending, or its rows are in the output exactly once -- never a record naming uploads
+    the teardown aborted.
+
+    ``mid_delete``: the teardown has read the traces (it saw task 0's killed try 1 only, and recorded it failed),
+    so try 2 is not fenced and commits (winner 2). Before, the teardown listed the pending uploads only now and
+    aborted try 2's, its commit was accepted all the same, and every job commit after it failed with
+    CorruptRecord once its plan was fixed -- tasks 1-3's files already visible, no ``_SUCCESS``, the teardown
+    refusing to abort a job "committing", a clear not helping: stuck for good, task 0's rows lost.
+    ``after_read``: the teardown reads the traces after try 2's set-up, so try 2 is recorded failed; its commit
+    is denied and a try 3 commits (winner 3)."""
+    root = f"s3://{bucket}/late-teardown"
+    c = make(root)
+    c.setup_job()
+    uuid = c.job_record().job_uuid
+    for t in range(1, sc.TASKS):
+        run_task_attempt(c, t, 1, lambda w, t=t: w.write(sc.task_table(t, 1)))
+    killed_after_one_file(root)                          # task 0's try 1: killed, two uploads; the run fails
+    teardown = start(_TEARDOWN, f"{point}=stop", root)
+    try:
+        wait_stopped(teardown)
+        late = make(root)
+        ta = late.setup_task(0, 2)
+        w = TaskAttemptWriter(late, ta, partition_by=["day"])
+        w.write(sc.task_table(0, 2))
+        w.close()
+        mine = {d["upload_id"] for d in late.job.publisher._written[ta.work_dir].values()}
+        assert mine <= set(job_uploads(bucket, uuid))
+    finally:
+        os.kill(teardown.pid, signal.SIGCONT)
+    said, err = teardown.communicate(timeout=300)
+    assert teardown.returncode == 0 and "teardown aborted" in said, err[-2000:]
+    try:
+        late.commit_task(ta, w.rows, sizes=w.sizes)
+        committed = 2
+    except CommitDenied as denied:
+        assert denied.attempt_failed
+        assert not mine & set(job_uploads(bucket, uuid)), "a denied try leaves no upload pending"
+        committed = 3
+        assert run_task_attempt(c, 0, 3, lambda w: w.write(sc.task_table(0, 3))).status == "committed"
+    assert committed == winner
+    c.commit_job(sc.TASKS)
+    rows = sc.read_rows(root)
+    sc.assert_exactly_once(rows)
+    assert {r["attempt"] for r in rows if r["task"] == 0} == {winner}
+    assert job_uploads(bucket, uuid) == []

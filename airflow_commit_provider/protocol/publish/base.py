@@ -118,7 +118,8 @@ class Publisher:
         return []
 
     def abort_uploads(self, uploads: Sequence[tuple[str, str]]) -> None:
-        """Abort uploads :meth:`task_uploads` returned (there are none but the magic committer's)."""
+        """Abort uploads :meth:`task_uploads` or :meth:`job_uploads` returned (there are none but the magic
+        committer's)."""
 
     def data_dir(self, app: int, work_dir: str) -> str:
         """Where a committed attempt's files lie until job commit (the record says it): ``""`` is the output."""
@@ -181,9 +182,10 @@ class Publisher:
         commit's); returns the visible files removed."""
         return []
 
-    def abort_external(self, job_uuid: str, keep_uploads: set[str]) -> int:
-        """Abort state outside the job directory (the magic committer's pending uploads); returns how many."""
-        return 0
+    def job_uploads(self, job_uuid: str) -> list[tuple[str, str]]:
+        """Pending uploads (path, upload id) of job generation *job_uuid*, whichever attempt started them: state
+        outside the job directory that an abort removes (only the magic committer has any)."""
+        return []
 
 
 

@@ -235,22 +235,13 @@ class MultipartPublisher(Publisher):
         except FileNotFoundError:
             return False
 
-    def _job_uploads(self, job_uuid: str) -> list[tuple[str, str]]:
+    def job_uploads(self, job_uuid: str) -> list[tuple[str, str]]:
         """Pending uploads of this job generation: under the root, with the job uuid in their key."""
         return [(rel, uid) for rel, uid in self.s3.list_uploads() if job_uuid in rel.rsplit("/", 1)[-1]]
 
     def after_publish(self, job_uuid: str, recs: Sequence[TaskCommitRecord]) -> None:
         """Abort every other pending upload of this job (denied attempts, zombies, attempts that died)."""
         committed = {f.upload_id for rec in recs for f in rec.files}
-        for rel, uid in self._job_uploads(job_uuid):
+        for rel, uid in self.job_uploads(job_uuid):
             if uid not in committed:
                 self.s3.abort_upload(rel, uid)
-
-    def abort_external(self, job_uuid: str, keep_uploads: set[str]) -> int:
-        """Abort this job's pending uploads except those of kept (committed) tasks."""
-        aborted = 0
-        for rel, uid in self._job_uploads(job_uuid):
-            if uid not in keep_uploads:
-                self.s3.abort_upload(rel, uid)
-                aborted += 1
-        return aborted

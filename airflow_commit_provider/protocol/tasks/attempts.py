@@ -119,7 +119,7 @@ class TaskAttempts:
         """Record the attempt failed, then remove its files; ``False`` (nothing removed) when it had claimed its
         commit first: a commit in flight is never emptied. Magic uploads that only the attempt's own process
         held are left to the caller: a newer try's set-up sweeps them (:meth:`sweep_uploads`), the teardown
-        aborts every upload of the job that no kept commit lists."""
+        aborts every upload of the job it listed before reading the traces that no kept commit lists."""
         if self.ledger.claim(app, task, attempt, FAILED) != FAILED:
             return False
         self.publisher.discard(self.layout.attempt_dir(app, task, attempt))
