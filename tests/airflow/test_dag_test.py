@@ -248,6 +248,37 @@ def test_dedup_then_compaction_operators(dags):
     assert len(sc.visible_files(root)) == 1, "eight small files merged into one"
 
 
+def test_the_compaction_operator_gives_back_the_partition_marker_a_sensor_waits_on(dags):
+    """A dynamic job wrote ``ds=1`` in three small files, with its ``_SUCCESS``; the maintenance DAG compacts it.
+    Afterwards the partition's marker is there again (before the fix it was withdrawn for good and the sensor
+    waited forever), the sensor returns it, and the one file it lists holds every row once."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from airflow_commit_provider.protocol import FileOutputCommitter, run_task_attempt
+    from airflow_commit_provider.sensors.success_marker import SuccessMarkerSensor
+
+    root = target("ct_maintenance")
+    c = FileOutputCommitter(root, "daily", mode="dynamic", partition_by=["ds"])
+    c.setup_job()
+    for task in range(3):
+        ids = list(range(task * ROWS, (task + 1) * ROWS))
+        run_task_attempt(c, task, 1, lambda w, t=pa.table({"id": ids, "ds": ["1"] * ROWS}): w.write(t))
+    c.commit_job(3)
+    sensor = SuccessMarkerSensor(task_id="wait", target=os.path.join(root, "ds=1"), verify_files=True,
+                                 deferrable=False)
+    assert sensor.poke({}).xcom_value["job_id"] == "daily"
+    dr = dags.ct_maintenance.test()
+    assert dr.state == "success", states(dr)
+    found = sensor.poke({})
+    assert found.is_done, "the partition marker the compaction withdrew is back"
+    manifest = found.xcom_value
+    assert manifest["job_id"].startswith("ct_maintenance") and manifest["partition"] == "ds=1"
+    assert [f["path"] for f in manifest["files"] + manifest["retained"]] == sc.visible_files(root) != []
+    rows = pq.read_table(os.path.join(root, manifest["files"][0]["path"])).column("id").to_pylist()
+    assert sorted(rows) == list(range(3 * ROWS))
+
+
 def test_example_tables_dag_commits_each_job_once_per_table(dags):
     """The Delta and Iceberg example end to end, then cleared after success: each table holds every row exactly
     once, read by its own reader, and the clear's generation replaced the first one's files in one transaction."""

@@ -150,6 +150,9 @@ def test_optional_job_fields_default_and_old_plans_withdraw_the_root():
     (lambda d: d.pop("app_attempt"), "lacks the field 'app_attempt'; the commit plan record is corrupt"),
     (lambda d: d.update(attempt_history={"0": [1]}), "field attempt_history['0'] is [1], not lists of attempt names"),
     (lambda d: d.update(attempt_history={"0": {"failed_attempts": [1]}}), "not lists of attempt names"),
+    (lambda d: d.update(restore="day=d0"), "field 'restore' has type str, not list"),
+    (lambda d: d.update(restore=["day=d9"]), "field 'restore' names ['day=d9'], not partitions whose marker"),
+    (lambda d: d.update(restore=[""]), "field 'restore' names [''], not partitions whose marker"),
 ])
 def test_commit_plan_corruption_is_named(change, message):
     plan = json.loads(plan_path().read_bytes())

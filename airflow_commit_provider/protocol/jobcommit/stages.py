@@ -21,10 +21,11 @@ from ..faults import mid_delete
 from ..job import Job
 from ..layout import SUCCESS, TEMPORARY, task_name
 from ..parallel import parallel
-from ..paths import partition_of
+from ..paths import join, partition_of
 from ..records.inputs import check_unchanged
 from ..records.job import CommitLog, CommitPlan, JobRecord
 from ..records.success import SuccessManifest, marker_dirs_above, withdraw_markers, write_markers
+from ..records.underway import markers_changing
 from ..records.task import TaskCommitRecord
 from ..status import JobStatus
 from ..tasks.attempts import TaskAttempts
@@ -120,16 +121,22 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
         withdraw = marker_dirs_above(dsts | deletions)
         if mode.withdraws_all_markers:
             withdraw |= set(scope.store.marker_dirs(SUCCESS))
-        return self._fix(recs, deletions, withdraw)
+        restore: set[str] = set()
+        if job.replace_first:
+            # a compaction: every row under the markers it withdraws stays, so the partitions' markers there now
+            # are written again (their directories' new listing) after the commit
+            restore = {d for d in withdraw if d and scope.store.exists(join(d, SUCCESS))}
+        return self._fix(recs, deletions, withdraw, restore)
 
-    def _fix(self, recs: dict[int, TaskCommitRecord], deletions: set[str], withdraw: set[str]) -> Plan:
+    def _fix(self, recs: dict[int, TaskCommitRecord], deletions: set[str], withdraw: set[str],
+             restore: Iterable[str] = ()) -> Plan:
         """Record the plan exclusively (or follow the one a concurrent commit recorded first)."""
         scope, job = self.scope, self.run.job
         winners = {(r.committed_in_app, r.task): r.attempt for r in recs.values()}
         history = {str(t): h for t, h in JobStatus(scope).attempt_history(job, winners).items()
                    if h["failed_attempts"] or h["denied_attempts"] or h["unfinished_attempts"]}
         plan = CommitPlan(scope.job_id, job.job_uuid, scope.current_app_attempt(job), self.run.started, tuple(sorted(recs)),
-                          tuple(sorted(deletions)), tuple(sorted(withdraw)), history)
+                          tuple(sorted(deletions)), tuple(sorted(withdraw)), history, tuple(sorted(restore)))
         if scope.target_claim:
             scope.target_claim.take(job)   # the decision between jobs that checked the empty target at once
         if not scope.store.create_exclusive(scope.layout.plan(job.job_uuid), plan.to_json()):
@@ -198,6 +205,8 @@ class Committed:
 
     manifest: SuccessManifest
     files_json: bytes
+    #: the partitions whose withdrawn markers the plan says to write again (:attr:`CommitPlan.restore`)
+    restore: tuple[str, ...] = ()
 
 
 class SaveCommitLog(Stage[tuple[Plan, int], Committed]):
@@ -219,14 +228,16 @@ class SaveCommitLog(Stage[tuple[Plan, int], Committed]):
         log = CommitLog(doc) if previous is None else previous.followed_by(doc)
         files_json = records.encode(manifest.files)
         scope.store.write_bytes(scope.layout.commit_log, log.to_json(files_json))
-        return Committed(manifest, files_json)
+        return Committed(manifest, files_json, plan.fixed.restore)
 
     def counts(self, out: Committed) -> dict[str, int]:
         return {"files": out.manifest.totals["files"], "bytes": out.manifest.totals["bytes"]}
 
 
 class WriteMarkers(Stage[Committed, dict[str, Any]]):
-    """The markers, ``_SUCCESS`` of the root last (I4): they list the job's files and what they retain."""
+    """The markers, ``_SUCCESS`` of the root last (I4): they list the job's files and what they retain. Before
+    the root's: each partition's a dynamic job wrote, and each the plan restores (a compaction's), unless another
+    job of this provider is changing that partition (:func:`restorable`)."""
 
     name = "markers"
     fault = "commit_job.after_success"
@@ -235,9 +246,33 @@ class WriteMarkers(Stage[Committed, dict[str, Any]]):
         costs = self.run.clock.summary()
         manifest = committed.manifest.with_costs(costs["durations"], requests=costs["requests"],
                                                  bytes_copied=costs["bytes_copied"])
-        retained = write_markers(self.scope.store, manifest, per_partition=self.scope.mode.partition_markers,
-                                 files_json=committed.files_json)
+        partitions = set(manifest.partitions) if self.scope.mode.partition_markers else set()
+        if committed.restore:
+            restored, left = restorable(self.scope, committed.restore)
+            partitions.update(restored)
+            manifest = manifest.with_costs(manifest.durations, markers_restored=restored,
+                                           **({"markers_left_withdrawn": left} if left else {}))
+        retained = write_markers(self.scope.store, manifest, partitions=partitions, files_json=committed.files_json)
         return manifest.with_costs(manifest.durations, retained_files=retained).to_doc()
+
+
+def restorable(scope: Job, dirs: Sequence[str]) -> tuple[list[str], list[dict[str, str]]]:
+    """Of the partitions whose markers a commit withdrew and gives back, those it may write now, and the others
+    with why: a marker written where another job of this provider is publishing would list that directory without
+    the job's later files, and an append, or a v2 job, writes no partition marker to put that right."""
+    committing, v2 = markers_changing(scope.store, besides=scope.job_id)
+    restored: list[str] = []
+    left: list[dict[str, str]] = []
+    for d in sorted(dirs):
+        if d in committing:
+            left.append({"directory": d, "why": "a job commit of this provider under way changes this partition "
+                                                "(its plan withdrew the marker)"})
+        elif v2 is not None:
+            left.append({"directory": d, "why": f"job {v2} (v2) has not committed: its task commits change "
+                                                "partitions at any moment"})
+        else:
+            restored.append(d)
+    return restored, left
 
 
 class Cleanup(Stage[dict[str, Any], dict[str, Any]]):

@@ -38,13 +38,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import records
-from .dedupjob import job_dirs, run_plan, stored_plan
+from .dedupjob import run_plan, stored_plan
 from .dedupplan import DedupPlan, Deletion, LeftAlone, Undecided
 from ..errors import DedupInProgress
 from .filenames import HADOOP, HIVE, SPARK, TaskFile, is_foreign_staging, is_hive_transaction_dir, parse_task_file
 from ..records.job import CommitLog
 from ..layout import COMMITS, SUCCESS, TEMPORARY, JobLayout
 from ..records.success import marker_dirs_above
+from ..records.underway import job_dirs
 from ..paths import is_hidden, join, partition_of
 from ..stores import Store
 

@@ -32,9 +32,9 @@ from .. import records
 from .dedupplan import DedupPlan
 from ..errors import CorruptRecord, DedupInProgress, InvalidOutputSpec
 from ..faults import inject
-from ..records.job import CommitPlan, JobRecord
-from ..layout import DEDUP_PLAN, SUCCESS, TEMPORARY, JobLayout
+from ..layout import DEDUP_PLAN, SUCCESS, TEMPORARY
 from ..records.success import files_under, listing_mismatch, withdraw_markers
+from ..records.underway import markers_changing
 from ..paths import join, partition_of
 from ..stores import Store
 
@@ -157,35 +157,11 @@ def _claim(store: Store, plan: DedupPlan) -> bool:
                           "deduplication runs; run again")
 
 
-def job_dirs(store: Store) -> dict[str, JobRecord | None]:
-    """Every job directory under ``_temporary`` (not ``_trash`` nor the deduplication plan) and its job record:
-    a record means a job of this provider that has not committed."""
-    return {name: JobRecord.read(store, JobLayout(name).job_record)
-            for name in store.list_dir(TEMPORARY) if not name.startswith("_")}
-
-
-def _jobs_changing_markers(store: Store) -> tuple[set[str], str | None]:
-    """Where this provider's jobs that have not committed will write markers themselves: the directories a job
-    commit under way withdrew (its plan names them), and, while a v2 job is in its write stage (its task commits
-    withdraw markers and publish at any moment), everywhere (the job's name, else ``None``)."""
-    dirs: set[str] = set()
-    v2 = None
-    for name, job in job_dirs(store).items():
-        if job is None:
-            continue
-        commit = CommitPlan.read(store, JobLayout(name).plan(job.job_uuid))
-        if commit is not None:
-            dirs.update(commit.withdraw)
-        elif job.algorithm == 2:
-            v2 = name
-    return dirs, v2
-
-
 def _write_back(store: Store, plan: DedupPlan, bases: Mapping[str, bytes], gone: set[str]) -> list[dict[str, Any]]:
     """Write the markers back without the deleted files (each only if it then describes its directory), the root
     last; returns what happened to each."""
     done = []
-    committing, v2 = _jobs_changing_markers(store)
+    committing, v2 = markers_changing(store)
     listing = dict(store.list_files("", visible_only=True))
     for d in sorted(plan.withdraw, key=lambda p: (-p.count("/") if p else 1, p)):  # the root last
         current = _read_marker(store, d)  # written by a job that committed after the withdrawal

@@ -201,12 +201,17 @@ class CommitPlan:
     withdraw: tuple[str, ...]
     #: per task (as a string), its failed, denied and unfinished attempts, for the manifest
     attempt_history: Mapping[str, Any]
+    #: directories of *withdraw* (not the root) whose ``_SUCCESS`` existed when the plan was fixed and that the
+    #: commit writes again: a compaction's partitions, whose rows it does not change. Once withdrawn, a resumed
+    #: commit cannot see which existed; absent (empty) in every other job's plan and in older releases' plans
+    restore: tuple[str, ...] = ()
 
     def to_json(self) -> bytes:
+        restore = {"restore": list(self.restore)} if self.restore else {}
         return records.dumps(self.KIND, {
             "job_id": self.job_id, "job_uuid": self.job_uuid, "app_attempt": self.app_attempt,
             "started": self.started, "tasks": list(self.tasks), "deletions": list(self.deletions),
-            "withdraw": list(self.withdraw), "attempt_history": dict(self.attempt_history)})
+            "withdraw": list(self.withdraw), **restore, "attempt_history": dict(self.attempt_history)})
 
     @classmethod
     def from_json(cls, data: bytes, where: str) -> CommitPlan:
@@ -221,12 +226,16 @@ class CommitPlan:
                     isinstance(v, list) and all(isinstance(a, str) for a in v) for v in entry.values()):
                 raise CorruptRecord(f"{where}: field attempt_history[{task!r}] is {entry!r}, not lists of attempt "
                                     "names; the commit plan is corrupt")
+        # a plan without the field withdraws the root's marker, as the plans that lacked it did
+        withdraw = _strings(doc, "withdraw", where, k, required=False, default=("",))
+        restore = _strings(doc, "restore", where, k, required=False)
+        wrong = sorted(d for d in restore if not d or d not in withdraw)
+        if wrong:
+            raise CorruptRecord(f"{where}: field 'restore' names {wrong}, not partitions whose marker the plan "
+                                "withdraws; the commit plan is corrupt")
         return cls(records.get_field(doc, "job_id", str, where, k), records.get_field(doc, "job_uuid", str, where, k),
                    records.get_field(doc, "app_attempt", int, where, k), records.get_field(doc, "started", str, where, k),
-                   tuple(tasks), _strings(doc, "deletions", where, k),
-                   # a plan without the field withdraws the root's marker, as the plans that lacked it did
-                   _strings(doc, "withdraw", where, k, required=False, default=("",)),
-                   history)
+                   tuple(tasks), _strings(doc, "deletions", where, k), withdraw, history, restore)
 
     @classmethod
     def read(cls, store: Store, rel: str) -> CommitPlan | None:

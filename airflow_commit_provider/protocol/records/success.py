@@ -98,21 +98,22 @@ def withdraw_markers(store: Store, dirs: Iterable[str]) -> None:
     store.delete_files([join(d, SUCCESS) for d in sorted(set(dirs))])
 
 
-def write_markers(store: Store, manifest: SuccessManifest, *, per_partition: bool,
+def write_markers(store: Store, manifest: SuccessManifest, *, partitions: Iterable[str] = (),
                   files_json: bytes | None = None) -> int:
-    """Write the markers of a committed job, the root one last; returns how many files they retain.
+    """Write the markers of a committed job, the root one last; returns how many files the root's retains.
 
-    Each lists the job's files under it and, as ``retained``, the other visible files there now. With
-    *per_partition* (dynamic mode) each partition the job wrote gets its own marker first: downstream DAGs wait
-    for one day, not the whole table. *files_json*: the manifest's files already encoded (:func:`.records.encode`),
-    as the commit log encoded them.
+    Each lists the job's files under its directory and, as ``retained``, the other visible files there now. Each
+    directory of *partitions* gets its own marker first: the partitions a dynamic job wrote (downstream DAGs wait
+    for one day, not the whole table), and those whose marker a compaction withdrew and gives back. *files_json*:
+    the manifest's files already encoded (:func:`.records.encode`), as the commit log encoded them.
     """
     file_list = manifest.files
     ours = {f["path"] for f in file_list}
     visible = dict(store.visible_files_except(ours))
     body = {k: v for k, v in manifest.to_doc().items() if k != "files"}
-    if per_partition:
-        _write_partition_markers(store, body, file_list, visible)
+    parts = set(partitions) - {""}
+    if parts:
+        _write_partition_markers(store, body, file_list, visible, parts)
     retained = [{"path": p, "size": visible[p]} for p in sorted(visible)]
     body["diagnostics"] = {**body["diagnostics"], "retained_files": len(retained)}
     store.write_bytes(SUCCESS, records.dumps("success", body,
@@ -122,16 +123,18 @@ def write_markers(store: Store, manifest: SuccessManifest, *, per_partition: boo
 
 
 def _write_partition_markers(store: Store, manifest: Mapping[str, Any], file_list: list[dict[str, Any]],
-                             visible: Mapping[str, int]) -> None:
-    """Each partition's ``_SUCCESS`` (dynamic mode), durable together before the root's (one fsync per
-    partition directory, not two)."""
-    by_part: dict[str, list[dict[str, Any]]] = {}
-    for f in file_list:
-        by_part.setdefault(partition_of(f["path"]), []).append(f)
+                             visible: Mapping[str, int], partitions: set[str]) -> None:
+    """The ``_SUCCESS`` of each of *partitions*, durable together before the root's (one fsync per partition
+    directory, not two)."""
+    under: dict[str, list[dict[str, Any]]] = {part: [] for part in partitions}
+    for f in file_list:  # each file under each of *partitions* above it, in the list's order
+        head = partition_of(f["path"])
+        while head:
+            if head in under:
+                under[head].append(f)
+            head = partition_of(head)
     with store.batch():
-        for part, files in by_part.items():
-            if not part:
-                continue
+        for part, files in sorted(under.items()):
             kept = [{"path": p, "size": size} for p, size in sorted(visible.items()) if p.startswith(part + "/")]
             doc = {**manifest, "partition": part, "files": files, "partitions": [part], "retained": kept,
                    "totals": {"files": len(files), "bytes": sum(f["size"] for f in files),
