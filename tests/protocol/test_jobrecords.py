@@ -356,3 +356,27 @@ def test_a_thread_gets_the_job_record_it_read_while_another_thread_reads_an_olde
     go.set()
     fast_thread.join(30)
     assert got == {"slow": old, "fast": new}, got
+
+
+def test_a_record_one_committer_changes_in_memory_is_not_what_another_committer_reads(tmp_path):
+    """Found from outside: the parse of a job record is remembered for the process (every committer of a task
+    attempt reads the same bytes), and the record handed out held the remembered parse's own ``labels`` dict. A
+    caller that edited the labels of the record it got (``committer.job_record().labels``, a plain dict) changed
+    the record every later committer of the process was handed: a fresh committer's commit then wrote labels
+    that are not in the job record into ``_SUCCESS``. Each committer must get the record as its bytes say."""
+    import pyarrow as pa
+
+    from airflow_commit_provider.protocol import read_success_marker, run_task_attempt
+
+    root = str(tmp_path / "out")
+    labels = {"dag_id": "daily", "nested": {"runs": [1]}}
+    first = make_committer(root, "job", labels=labels)
+    first.setup_job()
+    got = first.job_record()
+    got.labels["dag_id"] = "edited"
+    got.labels["nested"]["runs"].append(2)
+    second = make_committer(root, "job")
+    assert second.job_record().labels == labels
+    run_task_attempt(second, 0, 1, lambda w: w.write(pa.table({"id": [1]})))
+    assert second.commit_job(1)["labels"] == labels
+    assert read_success_marker(root)["labels"] == labels

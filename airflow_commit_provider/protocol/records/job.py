@@ -19,6 +19,7 @@ record                what it decides
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -179,8 +180,12 @@ class JobRecord:
     def parsed(cls, data: bytes, where: str) -> JobRecord:
         """:meth:`from_json`, remembered for the process: every task attempt reads its job's record at set-up,
         each through a committer of its own (one per Airflow task instance, one per shard), and the same bytes
-        always parse to the same immutable record."""
-        return _parsed_job(data, where)
+        always parse to the same record. Each caller gets its own copy of the fields that hold JSON objects
+        (``labels``, ``table``: plain dicts): an edit one caller makes must not reach what every later committer
+        of the process is handed, and so into its ``_SUCCESS`` (the copy costs under half a parse)."""
+        shared = _parsed_job(data, where)
+        return dataclasses.replace(shared, labels=_fresh(shared.labels),
+                                   table=None if shared.table is None else dict(shared.table))
 
 
 @dataclass(frozen=True)
@@ -327,3 +332,12 @@ __all__ = ["CommitLog", "CommitPlan", "InputFile", "JobRecord", "Replaces"]
 @functools.lru_cache(maxsize=8)   # a process works on few jobs; a compaction's record may be large
 def _parsed_job(data: bytes, where: str) -> JobRecord:
     return JobRecord.from_json(data, where)
+
+
+def _fresh(value: Any) -> Any:
+    """A copy of a JSON value (objects and arrays copied all the way down; strings, numbers are immutable)."""
+    if isinstance(value, dict):
+        return {k: _fresh(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fresh(v) for v in value]
+    return value
