@@ -246,3 +246,51 @@ def test_a_full_disk_during_job_commit_is_finished_by_the_retry_once_there_is_ro
         committer.commit_job(4)
         assert_exactly_once(read_rows(cfg["root"]))
         read_success_marker(cfg["root"], verify_files=True)
+
+
+def fill(disk: Path) -> Path:
+    """Fill the file system at *disk* (unbuffered: closing the filler has nothing left to write); returns the
+    filler, whose removal makes room again."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as fh:
+        try:
+            while True:
+                fh.write(b"\0" * 65536)
+        except OSError:
+            pass
+    return filler
+
+
+@needs_mount
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_a_task_commit_asked_again_on_a_full_disk_finishes_without_writing_a_byte(tmp_path, algorithm):
+    """Found from outside: a task attempt's commit stopped right after its record (its claim and record exist,
+    its files not yet moved); the disk fills; the same attempt's commit is asked again (the request repeated, or
+    a zombie of the attempt). Every name it creates exclusively exists already, so it needs no byte, and it
+    finished before 82ac19b; when the exclusive create stopped looking before writing its temporary file, the
+    write failed with ENOSPC first and the commit could not finish until there was room. It finishes, and the
+    job commits once there is room for the job's own records."""
+    from airflow_commit_provider.protocol import TaskAttemptWriter, faults
+    from tests.protocol.scenario import task_table
+
+    with Tmpfs(tmp_path / "disk") as disk:
+        root = str(disk / "table")
+        committer = make_committer(root, JOB, algorithm=algorithm, mode="append", partition_by=["day"])
+        committer.setup_job()
+        ta = committer.setup_task(0, 1)
+        with TaskAttemptWriter(committer, ta, partition_by=["day"]) as writer:
+            writer.write(task_table(0, 1))
+        faults.arm("commit_task.after_record", "raise")
+        try:
+            with pytest.raises(faults.InjectedFault):
+                committer.commit_task(ta, writer.rows, sizes=writer.sizes)
+        finally:
+            faults.disarm()
+        filler = fill(disk)
+        record = committer.commit_task(ta, writer.rows, sizes=writer.sizes)
+        assert record["attempt"] == 1 and len(record["files"]) == len(writer.rows)
+        assert not [p for p in Path(root).rglob("*.tmp")], "no temporary file left behind"
+        filler.unlink()
+        committer.commit_job(1)
+        assert_exactly_once(read_rows(root), tasks=1)
+        read_success_marker(root, verify_files=True)

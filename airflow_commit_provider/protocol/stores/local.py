@@ -162,7 +162,12 @@ class LocalStore(Store):
             except FileNotFoundError:
                 pass   # the directory is missing (or *like* is): write the data
         # no look first: the link below is the arbiter, and a name that exists is the rare case
-        tmp = self._write_tmp(path, data)
+        try:
+            tmp = self._write_tmp(path, data)
+        except OSError:
+            if os.path.lexists(path):   # the answer needs no byte: a full disk or a read-only one still gives it
+                return False
+            raise
         try:
             os.link(tmp, path)
             return True
