@@ -117,3 +117,35 @@ def test_a_partition_another_job_is_committing_into_keeps_its_marker_withdrawn(t
     late = Counter((i, "d1") for i in range(5000, 5000 + 3 * 8))   # write_job: 3 tasks x 8 rows into d1
     assert tables.rows(root) == before + late == tables.rows_duckdb(root)
     assert rows_via_marker(root, "day=d0") == Counter({r: n for r, n in before.items() if r[1] == "d0"})
+
+
+def test_another_jobs_damaged_commit_plan_leaves_the_markers_withdrawn_not_the_compaction_unfinished(tmp_path):
+    """Found from outside: job ``x`` (an append into d9) died right after fixing its commit plan, which is then
+    damaged (not JSON). The compaction never reads another job's plan until it is about to give back its
+    partition markers -- after its inputs are deleted and its merged files moved in. There the unreadable plan
+    failed it (CorruptRecord), every run again: the root's ``_SUCCESS`` never came back, though before
+    partition markers were given back the compaction finished. Where a job whose records cannot be read changes
+    markers is unknown, so no partition marker is given back (each listed with why, naming the job), the
+    compaction finishes, and its root marker tells the truth."""
+    from airflow_commit_provider.protocol import FileOutputCommitter, faults, run_task_attempt
+    import pyarrow as pa
+
+    root = str(tmp_path / "table")
+    before = marker_table(root)
+    x = FileOutputCommitter(root, "x", mode="append", partition_by=["day"])
+    x.setup_job()
+    run_task_attempt(x, 0, 1, lambda w: w.write(pa.table({"id": [99999], "day": ["d9"]})))
+    sc.crash_after_plan(x)
+    (plan,) = (tmp_path / "table" / "_temporary" / "x").glob("_commit_plan_*.json")
+    plan.write_bytes(b'{"format": "damaged')
+    ran = worker.run(root, "compact", 1)
+    assert ran.returncode == 0, ran.stderr
+    diagnostics = json.loads(ran.stdout)["diagnostics"]
+    assert diagnostics["markers_restored"] == []
+    left = diagnostics["markers_left_withdrawn"]
+    assert [m["directory"] for m in left] == list(MARKED)
+    assert all("job x" in m["why"] and "cannot be read" in m["why"] for m in left), left
+    assert sc.marker_dirs(root) == [""]
+    assert read_success_marker(root, verify_files=True)["job_id"] == "compact"
+    sc.assert_markers_tell_truth(root)
+    assert tables.rows(root) == before

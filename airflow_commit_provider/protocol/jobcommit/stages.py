@@ -260,16 +260,15 @@ def restorable(scope: Job, dirs: Sequence[str]) -> tuple[list[str], list[dict[st
     """Of the partitions whose markers a commit withdrew and gives back, those it may write now, and the others
     with why: a marker written where another job of this provider is publishing would list that directory without
     the job's later files, and an append, or a v2 job, writes no partition marker to put that right."""
-    committing, v2 = markers_changing(scope.store, besides=scope.job_id)
+    committing, everywhere = markers_changing(scope.store, besides=scope.job_id)
     restored: list[str] = []
     left: list[dict[str, str]] = []
     for d in sorted(dirs):
         if d in committing:
             left.append({"directory": d, "why": "a job commit of this provider under way changes this partition "
                                                 "(its plan withdrew the marker)"})
-        elif v2 is not None:
-            left.append({"directory": d, "why": f"job {v2} (v2) has not committed: its task commits change "
-                                                "partitions at any moment"})
+        elif everywhere is not None:
+            left.append({"directory": d, "why": everywhere})
         else:
             restored.append(d)
     return restored, left

@@ -161,7 +161,7 @@ def _write_back(store: Store, plan: DedupPlan, bases: Mapping[str, bytes], gone:
     """Write the markers back without the deleted files (each only if it then describes its directory), the root
     last; returns what happened to each."""
     done = []
-    committing, v2 = markers_changing(store)
+    committing, everywhere = markers_changing(store)
     listing = dict(store.list_files("", visible_only=True))
     for d in sorted(plan.withdraw, key=lambda p: (-p.count("/") if p else 1, p)):  # the root last
         current = _read_marker(store, d)  # written by a job that committed after the withdrawal
@@ -172,9 +172,8 @@ def _write_back(store: Store, plan: DedupPlan, bases: Mapping[str, bytes], gone:
             busy = None
             if d in committing:
                 busy = "a job commit of this provider is under way: it withdrew this marker and writes it last"
-            elif v2 is not None:
-                busy = (f"job {v2} (v2) has not committed: its task commits change directories at any moment, "
-                        "its job commit writes the markers")
+            elif everywhere is not None:
+                busy = everywhere
             elif d and not store.isdir(d):
                 busy = "its directory is gone: the deletions emptied it"
             if busy:

@@ -7,6 +7,7 @@ the directory without that job's later files, and stay so where that job writes 
 
 from __future__ import annotations
 
+from ..errors import CorruptRecord
 from ..layout import TEMPORARY, JobLayout
 from ..stores import Store
 from .job import CommitPlan, JobRecord
@@ -21,20 +22,29 @@ def job_dirs(store: Store) -> dict[str, JobRecord | None]:
 
 def markers_changing(store: Store, *, besides: str | None = None) -> tuple[set[str], str | None]:
     """Where this provider's jobs that have not committed (but job *besides*, the caller's own) change markers:
-    the directories a job commit under way withdrew (its plan names them), and, while a v2 job is in its write
-    stage (its task commits withdraw markers and publish at any moment), everywhere (the job's name, else
-    ``None``)."""
+    the directories a job commit under way withdrew (its plan names them), and whether some job may change them
+    everywhere: why, else ``None``. So may a v2 job in its write stage (its task commits withdraw markers and
+    publish at any moment), and a job whose record or commit plan cannot be read (where it changes markers is
+    unknown). The caller has already changed the target when it asks: another job's damaged record must not stop
+    it half way, only keep it from writing markers back."""
     dirs: set[str] = set()
-    v2 = None
-    for name, job in job_dirs(store).items():
-        if job is None or name == besides:
+    everywhere = None
+    for name in store.list_dir(TEMPORARY):
+        if name.startswith("_") or name == besides:
             continue
-        commit = CommitPlan.read(store, JobLayout(name).plan(job.job_uuid))
+        layout = JobLayout(name)
+        try:
+            job = JobRecord.read(store, layout.job_record)
+            commit = None if job is None else CommitPlan.read(store, layout.plan(job.job_uuid))
+        except CorruptRecord as exc:
+            everywhere = f"the records of job {name} cannot be read ({exc}): where it changes markers is unknown"
+            continue
         if commit is not None:
             dirs.update(commit.withdraw)
-        elif job.algorithm == 2:
-            v2 = name
-    return dirs, v2
+        elif job is not None and job.algorithm == 2 and everywhere is None:
+            everywhere = (f"job {name} (v2) has not committed: its task commits change directories at any moment, "
+                          "its job commit writes the markers")
+    return dirs, everywhere
 
 
 __all__ = ["job_dirs", "markers_changing"]
