@@ -127,7 +127,7 @@ def test_another_jobs_damaged_commit_plan_leaves_the_markers_withdrawn_not_the_c
     partition markers were given back the compaction finished. Where a job whose records cannot be read changes
     markers is unknown, so no partition marker is given back (each listed with why, naming the job), the
     compaction finishes, and its root marker tells the truth."""
-    from airflow_commit_provider.protocol import FileOutputCommitter, faults, run_task_attempt
+    from airflow_commit_provider.protocol import FileOutputCommitter, run_task_attempt
     import pyarrow as pa
 
     root = str(tmp_path / "table")
