@@ -266,3 +266,35 @@ def test_a_corrupt_compaction_plan_stops_the_compaction_naming_it(tmp_path):
     with pytest.raises(CorruptRecord, match=r"lacks the field 'groups\[0\]\[0\].size'"):
         compact(c, 3, 10**6)
     assert_rows(root, Counter(ids))
+
+
+def test_a_compaction_leaves_a_task_output_present_twice_to_deduplication(tmp_path):
+    """A second copy of a task's file under a copy name (Hive's ``mvFile`` gives ``..._copy_1.parquet``) holds the
+    task's rows again. Merged with the other small files, those rows would sit in a file whose name tells nothing,
+    and deduplication, which proves a copy by its name and its bytes, could never remove them: the table would
+    hold them twice for good. The compaction merges the other files and leaves both copies; deduplication then
+    removes the copy, and every row is there once."""
+    from airflow_commit_provider.protocol.maintenance.dedup import find_duplicates, remove_duplicates
+    from airflow_commit_provider.protocol.stores import store_for
+
+    root = tmp_path / "table"
+    root.mkdir()
+    job = "3f1c2b9e-1111-2222-3333-444455556666"
+    twice = pa.table({"id": pa.array(range(0, 100), pa.int64())})
+    pq.write_table(twice, root / f"part-00005-{job}-c000.snappy.parquet")
+    pq.write_table(twice, root / f"part-00005-{job}-c000.snappy_copy_1.parquet")
+    for task in (6, 7):
+        pq.write_table(pa.table({"id": pa.array(range(task * 100, task * 100 + 100), pa.int64())}),
+                       root / f"part-{task:05d}-{job}-c000.snappy.parquet")
+    assert len(find_duplicates(store_for(str(root))).deletions) == 1
+
+    result = compact(FileOutputCommitter(str(root), "compact-dups", mode="append"), 1, target_size=10**9)
+
+    assert result["state"] == "committed" and result["inputs"] == 2, result
+    names = sorted(n for n in os.listdir(root) if not n.startswith(("_", ".")))
+    assert f"part-00005-{job}-c000.snappy.parquet" in names
+    assert f"part-00005-{job}-c000.snappy_copy_1.parquet" in names
+    remove_duplicates(store_for(str(root)))
+    ids = Counter(i for n in os.listdir(root) if not n.startswith(("_", "."))
+                  for i in pq.read_table(root / n).column("id").to_pylist())
+    assert sorted(ids) == list(range(0, 100)) + list(range(600, 800)) and set(ids.values()) == {1}

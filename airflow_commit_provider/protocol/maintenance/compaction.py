@@ -4,7 +4,8 @@ A compaction is a job of the protocol (v1, mode ``append``) whose tasks merge gr
 partition and whose job commit deletes the inputs and publishes the merged files. A run goes through:
 
 1. **Plan** (first application attempt of a generation only): the visible Parquet files smaller than the target
-   size, except those of jobs still under way (:func:`candidate_files`), packed per partition into groups. The
+   size, except those of jobs still under way and of a task output present twice (:func:`candidate_files`),
+   packed per partition into groups. The
    job record names every input with its size and version (``replace_files``, :mod:`.inputs`).
 2. **Claim** every input (:mod:`.claims`): a compaction that finds one held by another live compaction refuses.
 3. **Fix the groups** in the compaction plan (:class:`CompactionPlan`, created exclusively): task *i* merges
@@ -40,6 +41,7 @@ import pyarrow.parquet as pq
 
 from .. import records
 from .claims import InputClaims, sweep
+from .dedup import find_duplicates
 from ..committer import FileOutputCommitter
 from ..errors import CorruptRecord, InputsChanged, InputsClaimed, InvalidOutputSpec
 from ..faults import inject
@@ -85,7 +87,8 @@ def small_parquet_files(store: Store) -> dict[str, int]:
 
 
 def candidate_files(store: Store) -> dict[str, int]:
-    """The visible Parquet files a compaction may merge: all but those of jobs still under way on the target.
+    """The visible Parquet files a compaction may merge: all but those of jobs still under way on the target, and
+    those of a task output present twice (:func:`duplicate_copies`).
 
     A job with a job record has not finished: its job commit may be publishing (and will list its files in its
     ``_SUCCESS``, or resume moving them), or, with v2, its committed tasks' files are visible before its job
@@ -100,8 +103,20 @@ def candidate_files(store: Store) -> dict[str, int]:
     for job in running_jobs(store):
         busy.add(job.job_uuid)
         replaced |= job.replaced_files
+    replaced |= duplicate_copies(store)
     return {rel: size for rel, size in files.items()
             if rel not in replaced and not any(u in rel.rsplit("/", 1)[-1] for u in busy)}
+
+
+def duplicate_copies(store: Store) -> set[str]:
+    """The files in which deduplication finds one task's output twice, or may (:func:`~.dedup.find_duplicates`,
+    the dry run, or the plan of a deduplication under way): each copy it would delete, the files it keeps for it,
+    and those it cannot decide on. A compaction leaves them where they are: merged, a second copy's rows would
+    sit in a file whose name tells nothing, where deduplication, which proves a copy by its name and its bytes,
+    could never find them, and the table would hold them twice for good."""
+    plan = find_duplicates(store)
+    out = {d.path for d in plan.deletions} | {path for d in plan.deletions for path, _ in d.keep}
+    return out | {path for u in plan.undecided for path in u.files}
 
 
 def running_jobs(store: Store) -> list[JobRecord]:
