@@ -230,15 +230,8 @@ def test_a_full_disk_during_job_commit_is_finished_by_the_retry_once_there_is_ro
         with pytest.raises(faults.InjectedFault):
             committer.commit_job(4)
         faults.disarm()
-        filler = disk / "filler"
-        # the disk fills up (another process's log, say); unbuffered, so that closing the file has no bytes left to
-        # write (which of them fit depends on how much the job's files took)
-        with open(filler, "wb", buffering=0) as fh:
-            try:
-                while True:
-                    fh.write(b"\0" * 65536)
-            except OSError:
-                pass
+        # the disk fills up (another process's log, say)
+        filler = fill(disk)
         with pytest.raises(OSError, match="No space left"):
             committer.commit_job(4)
         assert not [n for n in os.listdir(disk / "table" / "_commits") if n.endswith(".tmp")]
