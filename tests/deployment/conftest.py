@@ -1,6 +1,6 @@
 """A real Airflow deployment for the tests: api-server, scheduler, dag-processor and triggerer, started on
-127.0.0.1 with LocalExecutor and SQLite (``--skip-serve-logs``, so nothing listens beyond loopback), driven only
-through the REST API with a token from Airflow's own SimpleAuthManager."""
+127.0.0.1 with LocalExecutor and PostgreSQL (:mod:`.postgres`; ``--skip-serve-logs``, so nothing listens beyond
+loopback), driven only through the REST API with a token from Airflow's own SimpleAuthManager."""
 
 from __future__ import annotations
 
@@ -18,15 +18,18 @@ import requests
 
 from ..conftest import DAGS_FOLDER, SESSION_DIR
 from ..support import free_port
+from .postgres import Postgres
 
 HOME = SESSION_DIR / "deploy-home"
 ROOT = SESSION_DIR / "deploy-outputs"
 WORK = SESSION_DIR / "deploy-work"
+PG = SESSION_DIR / "deploy-pg"
 
 
 class Deployment:
-    def __init__(self, port: int, env: dict[str, str]) -> None:
+    def __init__(self, port: int, env: dict[str, str], pg: Postgres) -> None:
         self.port = port
+        self.pg = pg
         self.env = env
         self.base = f"http://127.0.0.1:{port}"
         self.procs: list[subprocess.Popen] = []
@@ -35,6 +38,7 @@ class Deployment:
 
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> None:
+        self.pg.start()
         airflow = str(Path(sys.executable).with_name("airflow"))
         subprocess.run([airflow, "db", "migrate"], env=self.env, check=True, capture_output=True)
         commands = {
@@ -66,6 +70,7 @@ class Deployment:
                 os.killpg(p.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        self.pg.stop()
 
     def _wait_healthy(self, timeout: float = 600) -> None:  # a bound for a loaded machine
         deadline = time.time() + timeout
@@ -183,11 +188,14 @@ def make_deployment(dags_folder: Path = DAGS_FOLDER, **env: str) -> Deployment:
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
     (HOME / "openlineage").mkdir()
+    shutil.rmtree(PG, ignore_errors=True)
+    pg = Postgres(PG)
     port = free_port()
     defaults = {**os.environ,
                 "AIRFLOW_HOME": str(HOME),
                 "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{HOME}/airflow.db",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": pg.url(),
+                "AIRFLOW__API__EXPOSE_STACKTRACE": "True",  # a 500's body names its database error
                 "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
                 "AIRFLOW__CORE__PARALLELISM": "4",
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
@@ -204,7 +212,7 @@ def make_deployment(dags_folder: Path = DAGS_FOLDER, **env: str) -> Deployment:
                 "COMMIT_TEST_ROOT": str(ROOT),
                 "COMMIT_TEST_WORK": str(WORK)}
     defaults.pop("COMMIT_PROVIDER_FAULTS", None)
-    return Deployment(port, {**defaults, **env})
+    return Deployment(port, {**defaults, **env}, pg)
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,7 @@ Each worker has its own private directory (``AIRFLOW_HOME``, its copy of the DAG
 directory); nothing is shared between workers but S3, reached through the Airflow connection ``commit_s3``.
 
 Used by ``tests/deployment/test_celery.py`` (as a pytest fixture) and by ``benchmarks/distributed.py`` (directly).
-Installs ``redis-server`` / ``postgresql`` with apt-get when missing (as root). PostgreSQL refuses to run as root:
-as root, its data directory is given to the ``postgres`` user and ``initdb`` / ``pg_ctl`` run as that user.
+Installs ``redis-server`` / ``postgresql`` with apt-get when missing (as root; :mod:`.postgres`).
 """
 
 from __future__ import annotations
@@ -25,31 +24,11 @@ import requests
 
 from ..support import free_port, start_moto
 from .conftest import Deployment
+from .postgres import Postgres, ensure_debian_packages
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_FILE = Path(__file__).with_name("celery_dags.py")
 CONN_ID = "commit_s3"
-
-
-def ensure_debian_packages() -> None:
-    """``redis-server`` and PostgreSQL's server binaries, installed with apt-get if missing."""
-    missing = []
-    if not shutil.which("redis-server"):
-        missing.append("redis-server")
-    if not glob.glob("/usr/lib/postgresql/*/bin/initdb"):
-        missing.append("postgresql")
-    if not missing:
-        return
-    if os.geteuid() != 0:
-        raise RuntimeError(f"{' and '.join(missing)} missing: apt-get install -y {' '.join(missing)} (as root)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    if subprocess.run(["apt-get", "install", "-y", *missing], env=env, capture_output=True).returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, check=True, capture_output=True)
-        subprocess.run(["apt-get", "install", "-y", *missing], env=env, check=True, capture_output=True)
-
-
-def pg_bin(name: str) -> str:
-    return max(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), key=lambda p: int(p.split("/")[4]))
 
 
 def pss_mib(pgid: int) -> float:
@@ -85,41 +64,13 @@ class CeleryDeployment(Deployment):
         self.components: dict[str, subprocess.Popen] = {}
         self.worker_env: dict[str, dict[str, str]] = {}
         self.bucket = "commit-celery"
-        super().__init__(free_port(), {})
+        # a database of its own for the Iceberg SQL catalog of cc_iceberg, beside Airflow's
+        pg = Postgres(base_dir, databases=("airflow", "iceberg_catalog"))
+        self.iceberg_catalog_uri = pg.url("iceberg_catalog")
+        super().__init__(free_port(), {}, pg)
         self.procs = []
 
     # ---------------------------------------------------------------- services
-    def _start_postgres(self) -> str:
-        data, run = self.dir / "pg-data", self.dir / "pg-run"
-        for d in (data, run):
-            d.mkdir(parents=True)
-        as_user: list[str] = []
-        if os.geteuid() == 0:  # initdb refuses root: the postgres user owns the cluster
-            for d in (self.dir, *self.dir.parents):
-                if d == Path("/"):
-                    break
-                if d.stat().st_uid == 0 and not d.stat().st_mode & 0o001:
-                    d.chmod(d.stat().st_mode | 0o011)  # traversable (no listing) for the postgres user
-            shutil.chown(data, "postgres")
-            shutil.chown(run, "postgres")
-            as_user = ["runuser", "-u", "postgres", "--"]
-        port = free_port()
-        subprocess.run([*as_user, pg_bin("initdb"), "-D", str(data), "-U", "airflow", "-A", "trust", "--no-sync",
-                        "-E", "UTF8"], check=True, capture_output=True)
-        opts = (f"-p {port} -k {run} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off "
-                "-c full_page_writes=off -c max_connections=300 -c shared_buffers=128MB")
-        subprocess.run([*as_user, pg_bin("pg_ctl"), "-D", str(data), "-o", opts, "-l", str(run / "postgres.log"),
-                        "-w", "-t", "120", "start"], check=True, capture_output=True)
-        self._pg_stop = [*as_user, pg_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]
-        subprocess.run([pg_bin("createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "airflow", "airflow"],
-                       check=True, capture_output=True)
-        # a database of its own for the Iceberg SQL catalog of cc_iceberg, beside Airflow's
-        subprocess.run([pg_bin("createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "airflow", "iceberg_catalog"],
-                       check=True, capture_output=True)
-        self.pg_port = port
-        self.iceberg_catalog_uri = f"postgresql+psycopg2://airflow@127.0.0.1:{port}/iceberg_catalog"
-        return f"airflow@127.0.0.1:{port}/airflow"
-
     def _start_redis(self) -> str:
         port = free_port()
         rdir = self.dir / "redis"
@@ -136,13 +87,13 @@ class CeleryDeployment(Deployment):
 
     # ---------------------------------------------------------------- Airflow
     def start(self) -> None:
-        ensure_debian_packages()
+        celery = self.executor == "CeleryExecutor"
+        ensure_debian_packages("postgresql", *(["redis-server"] if celery else []))
         self.dir.mkdir(parents=True, exist_ok=True)
         self.dags.mkdir(parents=True)
         for f in self.dag_files:
             shutil.copy(f, self.dags / f.name)
-        db = self._start_postgres()
-        celery = self.executor == "CeleryExecutor"
+        self.pg.start()
         broker = self._start_redis() if celery else ""
         moto_env: dict[str, str] = {}
         proc, self.s3_url = start_moto(moto_env)
@@ -161,10 +112,10 @@ class CeleryDeployment(Deployment):
             "PYTHONPATH": str(REPO),
             "AIRFLOW_HOME": str(self.home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags),
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://{db}",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.pg.url(),
             "AIRFLOW__CORE__EXECUTOR": self.executor,
             "AIRFLOW__CELERY__BROKER_URL": broker,
-            "AIRFLOW__CELERY__RESULT_BACKEND": f"db+postgresql+psycopg2://{db}",
+            "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{self.pg.url()}",
             "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(self.concurrency),
             "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
             "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(max(self.parallelism, 16)),
@@ -293,8 +244,6 @@ class CeleryDeployment(Deployment):
             except (ProcessLookupError, PermissionError):
                 p.kill()
             p.wait(timeout=30)
-        if getattr(self, "_pg_stop", None):
-            subprocess.run(self._pg_stop, capture_output=True)
 
     # ---------------------------------------------------------------- S3 as the test sees it
     def s3(self):
