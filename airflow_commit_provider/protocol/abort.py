@@ -98,6 +98,7 @@ def abort_job(scope: Job, *, keep_committed: bool = False) -> dict[str, Any]:
         if superseded(scope, job, apps):
             return stood_down(scope)
         scope.target_claim.release_uncommitted()
+    inject("abort_job.after_uploads")   # past the teardown's last look at the job, before its abort record
     if keep_committed:
         if apps:
             scope.store.write_bytes(scope.layout.abort_record(apps[0]), records.dumps(

@@ -12,6 +12,11 @@ The same sequences run on S3 (moto's server) in tests/s3/test_s3_seams.py.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import uuid
 
 import fsspec
@@ -345,7 +350,7 @@ def _wait_stopped(pid):
 
     for _ in range(30000):  # the child reaches the point in about a second; bounded, not a timed assertion
         with open(f"/proc/{pid}/stat") as fh:
-            if fh.read().rsplit(")", 1)[1].split()[0] == "T":
+            if fh.read().rsplit(")", 1)[1].split()[0] in "TZ":   # stopped, or ended (the caller's checks say why)
                 return
         time.sleep(0.01)
     raise AssertionError("the teardown never reached abort_job.after_read")
@@ -375,3 +380,97 @@ def test_a_zombie_teardown_waking_after_the_clear_stands_down(tmp_path, algorith
     assert proc.exitcode == 0
     sc.assert_exactly_once(sc.read_rows(root))
     assert read_success_marker(root, verify_files=True)["totals"]["rows"] == sc.TASKS * sc.ROWS
+
+
+#: the failed run's teardown of job "j" in its own process (a Python started afresh: no state shared with the
+#: test); it stops itself (SIGSTOP) at the fault point ``COMMIT_PROVIDER_FAULTS`` arms, and prints its state
+_TEARDOWN = textwrap.dedent("""
+    import sys
+    from airflow_commit_provider.protocol import make_committer
+    root, algorithm = sys.argv[1], sys.argv[2]
+    algorithm = int(algorithm) if algorithm.isdigit() else algorithm
+    extra = {"part_size": 5 * 2**20} if algorithm == "magic" else {}
+    c = make_committer(root, "j", algorithm=algorithm, mode="append", partition_by=["day"], **extra)
+    print("teardown", c.abort_job(keep_committed=True)["state"])
+""")
+
+
+def zombie_teardown_woken_after(c, move_on) -> str:
+    """Application attempt 0 of job "j" commits all tasks but the last, and fails; its teardown, in its own
+    process, stops past its last look at the job (``abort_job.after_uploads``), just before it writes its abort
+    record; *move_on* runs (the lifecycle goes on without it); then the teardown wakes. Returns its state."""
+    c.setup_job()
+    for t in range(sc.TASKS - 1):
+        run_task_attempt(c, t, 1, produce(t, 1))
+    env = {**os.environ, faults.ENV_VAR: "abort_job.after_uploads=stop",
+           "PYTHONPATH": os.environ.get("PYTHONPATH", os.getcwd())}
+    teardown = subprocess.Popen([sys.executable, "-c", _TEARDOWN, c.store.url(), str(c.algorithm)], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_stopped(teardown.pid)
+        move_on()
+    finally:
+        os.kill(teardown.pid, signal.SIGCONT)
+    said, err = teardown.communicate(timeout=300)
+    assert teardown.returncode == 0 and said.startswith("teardown "), err[-2000:]
+    return said.split()[1]
+
+
+def clear(c):
+    """The user clears the run: a new application attempt, every task recovered or run again."""
+    c.setup_job()
+    for t in range(sc.TASKS):
+        run_task_attempt(c, t, 2, produce(t, 2))
+
+
+def commit(c):
+    clear(c)
+    c.commit_job(sc.TASKS)
+
+
+def purge_and_set_up(c):
+    """Hadoop's abortJob by hand (the command the teardown's hint gives), then the run is cleared: a new
+    generation, in application attempt 0 again (the purge removed every application attempt directory)."""
+    assert c.abort_job()["aborted"]
+    assert c.setup_job().app_attempt == 0
+
+
+def temporary_files(c) -> list[str]:
+    return [p for p in sc.all_files(c.store.url()) if p.split("/")[0] == "_temporary"]
+
+
+#: what the lifecycle does while the teardown is paused: a clear (a newer application attempt), a clear and its job
+#: commit (``_temporary/<job>`` removed), a purge and a new generation set up in the same application attempt number
+MOVE_ON = {"clear": clear, "commit": commit, "purge_and_set_up": purge_and_set_up}
+
+
+def check_zombie_teardown_left_nothing(c, moved_on: str) -> None:
+    """After a teardown woken late (:func:`zombie_teardown_woken_after`): the status tells the live job, not the
+    zombie's; the job then commits; nothing of either is left under ``_temporary``; every row once."""
+    status = c.status()
+    if moved_on == "commit":
+        assert status["state"] == "committed"
+        assert temporary_files(c) == [], "the zombie's abort record was left in the committed output"
+        c.setup_job()                                    # a clear after success: the next generation
+        status = c.status()
+    assert status["state"] == "running" and status["aborted"] is None, \
+        f"a live job reported aborted by a zombie teardown of {moved_on!r}: {status['aborted']}"
+    for t in range(sc.TASKS):
+        run_task_attempt(c, t, 3, produce(t, 3))
+    c.commit_job(sc.TASKS)
+    sc.assert_exactly_once(sc.read_rows(c.store.url()))
+    assert temporary_files(c) == []
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+@pytest.mark.parametrize("moved_on", sorted(MOVE_ON))
+def test_a_zombie_teardown_writing_its_record_late_leaves_no_stale_abort(tmp_path, algorithm, moved_on):
+    """The teardown passed its last check that the job is still the one it read, then was paused; the run was
+    cleared (and committed, or purged and set up again) meanwhile. Its abort record, written now, describes a run
+    that no longer exists: it must neither be left in the output (re-creating ``_temporary/<job>``) nor make the
+    status of the job that lives on say ``failed``."""
+    root = str(tmp_path / "out")
+    c = make_committer(root, "j", algorithm=algorithm, mode="append", partition_by=["day"])
+    zombie_teardown_woken_after(c, lambda: MOVE_ON[moved_on](c))
+    check_zombie_teardown_left_nothing(c, moved_on)
+    assert not os.path.exists(os.path.join(root, "_temporary")), "no directory re-created either"
