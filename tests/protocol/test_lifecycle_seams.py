@@ -395,15 +395,16 @@ _TEARDOWN = textwrap.dedent("""
 """)
 
 
-def zombie_teardown_woken_after(c, move_on) -> str:
+def zombie_teardown_woken_after(c, move_on, dies: bool = False) -> str | None:
     """Application attempt 0 of job "j" commits all tasks but the last, and fails; its teardown, in its own
     process, stops past its last look at the job (``abort_job.after_uploads``), just before it writes its abort
-    record; *move_on* runs (the lifecycle goes on without it); then the teardown wakes. Returns its state."""
+    record; *move_on* runs (the lifecycle goes on without it); then the teardown wakes. Returns its state; with
+    *dies*, it is killed (SIGKILL) right after the write (``abort_job.after_delete``) and returns nothing."""
     c.setup_job()
     for t in range(sc.TASKS - 1):
         run_task_attempt(c, t, 1, produce(t, 1))
-    env = {**os.environ, faults.ENV_VAR: "abort_job.after_uploads=stop",
-           "PYTHONPATH": os.environ.get("PYTHONPATH", os.getcwd())}
+    armed = "abort_job.after_uploads=stop" + (",abort_job.after_delete=kill" if dies else "")
+    env = {**os.environ, faults.ENV_VAR: armed, "PYTHONPATH": os.environ.get("PYTHONPATH", os.getcwd())}
     teardown = subprocess.Popen([sys.executable, "-c", _TEARDOWN, c.store.url(), str(c.algorithm)], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -412,6 +413,9 @@ def zombie_teardown_woken_after(c, move_on) -> str:
     finally:
         os.kill(teardown.pid, signal.SIGCONT)
     said, err = teardown.communicate(timeout=300)
+    if dies:
+        assert teardown.returncode == -signal.SIGKILL, err[-2000:]
+        return None
     assert teardown.returncode == 0 and said.startswith("teardown "), err[-2000:]
     return said.split()[1]
 
@@ -436,7 +440,10 @@ def purge_and_set_up(c):
 
 
 def temporary_files(c) -> list[str]:
-    return [p for p in sc.all_files(c.store.url()) if p.split("/")[0] == "_temporary"]
+    """The files under ``_temporary``; ``["_temporary/"]`` when it holds only directories (a local disk)."""
+    fs, path = sc._fs(c.store.url())
+    files = [p for p in sc.all_files(c.store.url()) if p.split("/")[0] == "_temporary"]
+    return files or (["_temporary/"] if fs.exists(f"{path}/_temporary") else [])
 
 
 #: what the lifecycle does while the teardown is paused: a clear (a newer application attempt), a clear and its job
@@ -471,6 +478,49 @@ def test_a_zombie_teardown_writing_its_record_late_leaves_no_stale_abort(tmp_pat
     status of the job that lives on say ``failed``."""
     root = str(tmp_path / "out")
     c = make_committer(root, "j", algorithm=algorithm, mode="append", partition_by=["day"])
-    zombie_teardown_woken_after(c, lambda: MOVE_ON[moved_on](c))
+    assert zombie_teardown_woken_after(c, lambda: MOVE_ON[moved_on](c)) == "superseded"
     check_zombie_teardown_left_nothing(c, moved_on)
-    assert not os.path.exists(os.path.join(root, "_temporary")), "no directory re-created either"
+
+
+@pytest.mark.parametrize("moved_on", ["clear", "purge_and_set_up"])
+def test_a_late_abort_record_left_by_a_killed_teardown_misleads_no_one(tmp_path, moved_on):
+    """Killed right after its late write, the teardown cannot take its record back: the record stays, in the old
+    application attempt (a clear) or in the one the new generation reuses (a purge and a new set-up), but it is
+    named after its own generation, so the live job's status does not read it, and its commit sweeps it."""
+    root = str(tmp_path / "out")
+    c = make_committer(root, "j", mode="append", partition_by=["day"])
+    zombie_teardown_woken_after(c, lambda: MOVE_ON[moved_on](c), dies=True)
+    assert any("/_aborted_" in p for p in temporary_files(c)), "the killed teardown's record is there"
+    check_zombie_teardown_left_nothing(c, moved_on)
+
+
+def killed_late_teardown_after_commit(c) -> None:
+    """:func:`zombie_teardown_woken_after`, woken after the job committed and killed right after its late write:
+    the one thing left under ``_temporary`` is its record, in the job directory it made again."""
+    zombie_teardown_woken_after(c, lambda: commit(c), dies=True)
+    left = temporary_files(c)
+    assert len(left) == 1 and left[0].startswith("_temporary/j/0/_aborted_"), left
+    assert c.status()["state"] == "committed"
+
+
+def swept_by_the_next(c, sweeper: str) -> None:
+    """After :func:`killed_late_teardown_after_commit`: the job's next teardown (a failed run's, or the purge by
+    hand) or its next set-up (a clear after success: a new generation) removes the record and what it made; the
+    next generation then runs clean."""
+    if sweeper == "abort":
+        assert c.abort_job(keep_committed=True)["state"] == "committed"
+        assert temporary_files(c) == []
+        c.setup_job()
+    else:
+        assert c.setup_job().generation == 1
+        assert not [p for p in temporary_files(c) if "/_aborted_" in p]
+    check_zombie_teardown_left_nothing(c, "next generation")
+
+
+@pytest.mark.parametrize("sweeper", ["abort", "setup"])
+def test_the_next_setup_or_abort_sweeps_a_late_abort_record_after_the_commit(tmp_path, sweeper):
+    """A teardown's record that a kill left in the committed job's re-made directory goes at the job's next
+    teardown or set-up."""
+    c = make_committer(str(tmp_path / "out"), "j", mode="append", partition_by=["day"])
+    killed_late_teardown_after_commit(c)
+    swept_by_the_next(c, sweeper)

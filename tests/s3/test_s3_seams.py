@@ -11,8 +11,10 @@ from ..protocol.test_lifecycle_seams import (
     MOVE_ON,
     check_zombie_teardown_left_nothing,
     committed_previous_job,
+    killed_late_teardown_after_commit,
     one_partition,
     produce,
+    swept_by_the_next,
     two_partitions,
     zombie_after_teardown,
     zombie_teardown_woken_after,
@@ -139,5 +141,13 @@ def test_s3_a_zombie_teardown_writing_its_record_late_leaves_no_stale_abort(buck
     the committed output (S3's cleanup deletes the job's keys; a key written after that would stay) nor make the
     live job's status say ``failed``."""
     c = make(f"s3://{bucket}/late-record", algorithm)
-    zombie_teardown_woken_after(c, lambda: MOVE_ON[moved_on](c))
+    assert zombie_teardown_woken_after(c, lambda: MOVE_ON[moved_on](c)) == "superseded"
     check_zombie_teardown_left_nothing(c, moved_on)
+
+
+@pytest.mark.parametrize("sweeper", ["abort", "setup"])
+def test_s3_the_next_setup_or_abort_sweeps_a_late_abort_record_after_the_commit(bucket, sweeper):
+    """On S3 the late record's key stays under the committed output until the job's next teardown or set-up."""
+    c = make(f"s3://{bucket}/late-killed", "magic")
+    killed_late_teardown_after_commit(c)
+    swept_by_the_next(c, sweeper)
