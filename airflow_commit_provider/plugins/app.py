@@ -86,7 +86,7 @@ def _storage_head(setup: dict[str, Any]) -> tuple[Any, ...]:
             return ("log", committed.job_uuid if committed else None)
         current = c.job.current_app_attempt(job)
         return ("job", job.job_uuid, current, c.job.commit_plan(job) is not None,
-                c.store.exists(c.layout.abort_record(current)))
+                c.store.exists(c.layout.abort_record(current, job.job_uuid)))
     except Exception as exc:
         return ("unreadable", type(exc).__name__)
 

@@ -8,6 +8,15 @@ The teardown lists the magic committer's pending uploads *before* the attempts' 
 but an attempt leaves its trace before its first upload, so every listed upload's attempt is among the traces read
 afterwards, and is recorded failed, or kept, below. Only listed uploads are aborted: an attempt set up after the
 traces were read (a late or cleared try) may still commit, and its uploads, started after the list, stay.
+
+The teardown's abort record is written after its last look at the job, and the two cannot be one step: a teardown
+paused in between (a zombie) writes it after the run was cleared and committed (whose cleanup took
+``_temporary/<job>`` away: the write makes it again, in the committed output), or purged and set up again (a new
+generation, in the same application attempt directory). So it looks once more after the write and takes back a
+record the job has moved past, with the directories it made. A record it could not take back (killed in between)
+misleads no one: it is named after its generation, which the readers of another never read, and the job's next
+set-up or abort (:meth:`~.job.Job.remove_stale_abort_records`), or the next generation's commit or purge (which
+remove the whole job directory), sweeps it.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ def abort_job(scope: Job, *, keep_committed: bool = False) -> dict[str, Any]:
     if job is None:
         state = "committed" if scope.commit_log() is not None else "absent"
         scope.remove_trash()   # a committed job's cleanup, deferred to the teardown
+        scope.remove_stale_abort_records()
         return {"job_id": scope.job_id, "state": state, "aborted": False}
     if scope.commit_plan(job) is not None:
         return {"job_id": scope.job_id, "state": "committing", "aborted": False}
@@ -98,12 +108,17 @@ def abort_job(scope: Job, *, keep_committed: bool = False) -> dict[str, Any]:
         if superseded(scope, job, apps):
             return stood_down(scope)
         scope.target_claim.release_uncommitted()
+    inject("abort_job.after_uploads")   # past the teardown's last look at the job, before its abort record
     if keep_committed:
-        if apps:
-            scope.store.write_bytes(scope.layout.abort_record(apps[0]), records.dumps(
+        record = scope.layout.abort_record(apps[0], job.job_uuid) if apps else None
+        if record is not None:
+            scope.store.write_bytes(record, records.dumps(
                 "abort", {"at": records.now_iso(), "kept_committed_tasks": sorted(set(kept)),
                           "visible_files_removed": len(removed_visible)}))
         inject("abort_job.after_delete")
+        if record is not None and superseded(scope, job, apps):   # written late (see the module's docstring)
+            scope.store.delete_and_prune([record], 1, lambda: None)
+            return stood_down(scope)
         return {"job_id": scope.job_id, "state": "aborted", "aborted": True, "app_attempts": sorted(apps),
                 "kept_committed_tasks": sorted(set(kept)), "visible_files_removed": removed}
     # purge: the generation dies with its job record; a zombie that commits afterwards finds no job (or a new

@@ -55,6 +55,7 @@ POINTS: tuple[str, ...] = (
     "abort_job.after_read",
     "abort_job.after_task_record",
     "abort_job.mid_delete",
+    "abort_job.after_uploads",
     "abort_job.after_delete",
 )
 

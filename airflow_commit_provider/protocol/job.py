@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 
 from .config import CommitConfig
 from .errors import InvalidOutputSpec, JobAlreadyCommitted, JobConfigMismatch, JobNotSetUp
-from .layout import TEMPORARY, TRASH, JobLayout, check_job_id
+from .layout import ABORT_RECORD, TEMPORARY, TRASH, JobLayout, check_job_id
 from .modes import Mode
 from .publish import Publisher, publisher_for
 from .records.job import CommitLog, CommitPlan, JobRecord
@@ -223,6 +223,24 @@ class Job:
             self.store.remove_dir_if_empty(TRASH)
             self.store.remove_dir_if_empty(TEMPORARY)
         return len(names)
+
+    def remove_stale_abort_records(self) -> None:
+        """Delete the abort records of generations other than the current one, and the directories that held only
+        them: what a zombie teardown killed between its late record and taking it back leaves (:mod:`.abort`), in
+        a job directory it may have made again after the job's commit or purge. Called where the job has no record
+        (its next set-up, an abort), so the job directory is empty or nearly: a listing or two.
+
+        A record is stale when its generation is not the one current after the listing: a generation's record
+        exists before its teardown writes, and a generation that ended never comes back. No reader looks at
+        another generation's record, so deleting it at any time, from any process, is safe."""
+        apps = [n for n in self.store.list_dir(self.layout.job_dir) if n.isdigit()]
+        found = [f"{self.layout.app_dir(int(n))}/{name}" for n in apps
+                 for name in self.store.list_dir(self.layout.app_dir(int(n))) if name.startswith(ABORT_RECORD)]
+        if not found:
+            return
+        job = self.job_record()
+        current = {self.layout.abort_record(int(n), job.job_uuid) for n in apps} if job is not None else set()
+        self.store.delete_and_prune([rel for rel in found if rel not in current], 1, lambda: None)
 
 
 __all__ = ["Job"]

@@ -83,6 +83,7 @@ def create_job_record(scope: Job, replace_files: list[str], replace_first: bool)
     if log is not None:
         generation, first_app = log.generation + 1, log.app_attempt + 1
         replaces = Replaces(log.job_uuid, log.generation, tuple(f["path"] for f in log.files))
+    scope.remove_stale_abort_records()
     # Never reuse an application attempt directory a zombie of a purged generation may have re-created.
     first_app = max([first_app] + [int(n) + 1 for n in scope.store.list_dir(scope.layout.job_dir) if n.isdigit()])
     if scope.mode.claims_target:

@@ -32,6 +32,8 @@ DEDUP_PLAN = f"{TEMPORARY}/_dedup.json"
 CLAIMS = f"{TEMPORARY}/_claims"
 COMMITS = "_commits"
 SUCCESS = "_SUCCESS"
+#: how the name of an abort record (:meth:`JobLayout.abort_record`) starts
+ABORT_RECORD = "_aborted_"
 
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,199}$")
 
@@ -150,8 +152,10 @@ class JobLayout:
     def commits_dir(self, app: int) -> str:
         return f"{self.app_dir(app)}/_commits"
 
-    def abort_record(self, app: int) -> str:
-        return f"{self.app_dir(app)}/_aborted.json"
+    def abort_record(self, app: int, job_uuid: str) -> str:
+        """The teardown's report, scoped by generation: a zombie teardown may write it late, into a directory a
+        later generation reuses (:func:`~.abort.abort_job`), where that generation never reads it."""
+        return f"{self.app_dir(app)}/{ABORT_RECORD}{job_uuid}.json"
 
     def committed_dir(self, app: int) -> str:
         return f"{self.app_dir(app)}/_committed"

@@ -51,7 +51,7 @@ class JobStatus:
         for t, hist in self.attempt_history(job).items():
             tasks.setdefault(t, {"task": t, "attempt": None, "app_attempt": None, "files": 0, "rows": 0,
                                  "bytes": 0, "current": False}).update(hist)
-        aborted = records.read(scope.store, scope.layout.abort_record(app), "abort")
+        aborted = records.read(scope.store, scope.layout.abort_record(app, job.job_uuid), "abort")
         state = "committing" if plan is not None else ("failed" if aborted else "running")
         return {"job_id": scope.job_id, "state": state, "job_uuid": job.job_uuid,
                 "generation": job.generation, "app_attempt": app, "committer": scope.publisher.committer_name,

@@ -12,6 +12,11 @@ The same sequences run on S3 (moto's server) in tests/s3/test_s3_seams.py.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import uuid
 
 import fsspec
@@ -345,7 +350,7 @@ def _wait_stopped(pid):
 
     for _ in range(30000):  # the child reaches the point in about a second; bounded, not a timed assertion
         with open(f"/proc/{pid}/stat") as fh:
-            if fh.read().rsplit(")", 1)[1].split()[0] == "T":
+            if fh.read().rsplit(")", 1)[1].split()[0] in "TZ":   # stopped, or ended (the caller's checks say why)
                 return
         time.sleep(0.01)
     raise AssertionError("the teardown never reached abort_job.after_read")
@@ -375,3 +380,147 @@ def test_a_zombie_teardown_waking_after_the_clear_stands_down(tmp_path, algorith
     assert proc.exitcode == 0
     sc.assert_exactly_once(sc.read_rows(root))
     assert read_success_marker(root, verify_files=True)["totals"]["rows"] == sc.TASKS * sc.ROWS
+
+
+#: the failed run's teardown of job "j" in its own process (a Python started afresh: no state shared with the
+#: test); it stops itself (SIGSTOP) at the fault point ``COMMIT_PROVIDER_FAULTS`` arms, and prints its state
+_TEARDOWN = textwrap.dedent("""
+    import sys
+    from airflow_commit_provider.protocol import make_committer
+    root, algorithm = sys.argv[1], sys.argv[2]
+    algorithm = int(algorithm) if algorithm.isdigit() else algorithm
+    extra = {"part_size": 5 * 2**20} if algorithm == "magic" else {}
+    c = make_committer(root, "j", algorithm=algorithm, mode="append", partition_by=["day"], **extra)
+    print("teardown", c.abort_job(keep_committed=True)["state"])
+""")
+
+
+def zombie_teardown_woken_after(c, move_on, dies: bool = False) -> str | None:
+    """Application attempt 0 of job "j" commits all tasks but the last, and fails; its teardown, in its own
+    process, stops past its last look at the job (``abort_job.after_uploads``), just before it writes its abort
+    record; *move_on* runs (the lifecycle goes on without it); then the teardown wakes. Returns its state; with
+    *dies*, it is killed (SIGKILL) right after the write (``abort_job.after_delete``) and returns nothing."""
+    c.setup_job()
+    for t in range(sc.TASKS - 1):
+        run_task_attempt(c, t, 1, produce(t, 1))
+    armed = "abort_job.after_uploads=stop" + (",abort_job.after_delete=kill" if dies else "")
+    env = {**os.environ, faults.ENV_VAR: armed, "PYTHONPATH": os.environ.get("PYTHONPATH", os.getcwd())}
+    teardown = subprocess.Popen([sys.executable, "-c", _TEARDOWN, c.store.url(), str(c.algorithm)], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_stopped(teardown.pid)
+        move_on()
+    finally:
+        os.kill(teardown.pid, signal.SIGCONT)
+    said, err = teardown.communicate(timeout=300)
+    if dies:
+        assert teardown.returncode == -signal.SIGKILL, err[-2000:]
+        return None
+    assert teardown.returncode == 0 and said.startswith("teardown "), err[-2000:]
+    return said.split()[1]
+
+
+def clear(c):
+    """The user clears the run: a new application attempt, every task recovered or run again."""
+    c.setup_job()
+    for t in range(sc.TASKS):
+        run_task_attempt(c, t, 2, produce(t, 2))
+
+
+def commit(c):
+    clear(c)
+    c.commit_job(sc.TASKS)
+
+
+def purge_and_set_up(c):
+    """Hadoop's abortJob by hand (the command the teardown's hint gives), then the run is cleared: a new
+    generation, in application attempt 0 again (the purge removed every application attempt directory)."""
+    assert c.abort_job()["aborted"]
+    assert c.setup_job().app_attempt == 0
+
+
+def temporary_files(c) -> list[str]:
+    """The files under ``_temporary``; ``["_temporary/"]`` when it holds only directories (a local disk)."""
+    fs, path = sc._fs(c.store.url())
+    files = [p for p in sc.all_files(c.store.url()) if p.split("/")[0] == "_temporary"]
+    return files or (["_temporary/"] if fs.exists(f"{path}/_temporary") else [])
+
+
+#: what the lifecycle does while the teardown is paused: a clear (a newer application attempt), a clear and its job
+#: commit (``_temporary/<job>`` removed), a purge and a new generation set up in the same application attempt number
+MOVE_ON = {"clear": clear, "commit": commit, "purge_and_set_up": purge_and_set_up}
+
+
+def check_zombie_teardown_left_nothing(c, moved_on: str) -> None:
+    """After a teardown woken late (:func:`zombie_teardown_woken_after`): the status tells the live job, not the
+    zombie's; the job then commits; nothing of either is left under ``_temporary``; every row once."""
+    status = c.status()
+    if moved_on == "commit":
+        assert status["state"] == "committed"
+        assert temporary_files(c) == [], "the zombie's abort record was left in the committed output"
+        c.setup_job()                                    # a clear after success: the next generation
+        status = c.status()
+    assert status["state"] == "running" and status["aborted"] is None, \
+        f"a live job reported aborted by a zombie teardown of {moved_on!r}: {status['aborted']}"
+    for t in range(sc.TASKS):
+        run_task_attempt(c, t, 3, produce(t, 3))
+    c.commit_job(sc.TASKS)
+    sc.assert_exactly_once(sc.read_rows(c.store.url()))
+    assert temporary_files(c) == []
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+@pytest.mark.parametrize("moved_on", sorted(MOVE_ON))
+def test_a_zombie_teardown_writing_its_record_late_leaves_no_stale_abort(tmp_path, algorithm, moved_on):
+    """The teardown passed its last check that the job is still the one it read, then was paused; the run was
+    cleared (and committed, or purged and set up again) meanwhile. Its abort record, written now, describes a run
+    that no longer exists: it must neither be left in the output (re-creating ``_temporary/<job>``) nor make the
+    status of the job that lives on say ``failed``."""
+    root = str(tmp_path / "out")
+    c = make_committer(root, "j", algorithm=algorithm, mode="append", partition_by=["day"])
+    assert zombie_teardown_woken_after(c, lambda: MOVE_ON[moved_on](c)) == "superseded"
+    check_zombie_teardown_left_nothing(c, moved_on)
+
+
+@pytest.mark.parametrize("moved_on", ["clear", "purge_and_set_up"])
+def test_a_late_abort_record_left_by_a_killed_teardown_misleads_no_one(tmp_path, moved_on):
+    """Killed right after its late write, the teardown cannot take its record back: the record stays, in the old
+    application attempt (a clear) or in the one the new generation reuses (a purge and a new set-up), but it is
+    named after its own generation, so the live job's status does not read it, and its commit sweeps it."""
+    root = str(tmp_path / "out")
+    c = make_committer(root, "j", mode="append", partition_by=["day"])
+    zombie_teardown_woken_after(c, lambda: MOVE_ON[moved_on](c), dies=True)
+    assert any("/_aborted_" in p for p in temporary_files(c)), "the killed teardown's record is there"
+    check_zombie_teardown_left_nothing(c, moved_on)
+
+
+def killed_late_teardown_after_commit(c) -> None:
+    """:func:`zombie_teardown_woken_after`, woken after the job committed and killed right after its late write:
+    the one thing left under ``_temporary`` is its record, in the job directory it made again."""
+    zombie_teardown_woken_after(c, lambda: commit(c), dies=True)
+    left = temporary_files(c)
+    assert len(left) == 1 and left[0].startswith("_temporary/j/0/_aborted_"), left
+    assert c.status()["state"] == "committed"
+
+
+def swept_by_the_next(c, sweeper: str) -> None:
+    """After :func:`killed_late_teardown_after_commit`: the job's next teardown (a failed run's, or the purge by
+    hand) or its next set-up (a clear after success: a new generation) removes the record and what it made; the
+    next generation then runs clean."""
+    if sweeper == "abort":
+        assert c.abort_job(keep_committed=True)["state"] == "committed"
+        assert temporary_files(c) == []
+        c.setup_job()
+    else:
+        assert c.setup_job().generation == 1
+        assert not [p for p in temporary_files(c) if "/_aborted_" in p]
+    check_zombie_teardown_left_nothing(c, "next generation")
+
+
+@pytest.mark.parametrize("sweeper", ["abort", "setup"])
+def test_the_next_setup_or_abort_sweeps_a_late_abort_record_after_the_commit(tmp_path, sweeper):
+    """A teardown's record that a kill left in the committed job's re-made directory goes at the job's next
+    teardown or set-up."""
+    c = make_committer(str(tmp_path / "out"), "j", mode="append", partition_by=["day"])
+    killed_late_teardown_after_commit(c)
+    swept_by_the_next(c, sweeper)

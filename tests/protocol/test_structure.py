@@ -94,7 +94,7 @@ def test_the_readme_layout_is_the_code_layout(tmp_path):
         jl.job_record, jl.plan("<job uuid>"), jl.commit_log, jl.error_claim, jl.app_marker(0), jl.app_entry(0),
         jl.attempt_dir(0, 1, 2),
         jl.committed_dir(0), jl.task_record(0, 1), jl.attempt_claim(0, 1, 2), jl.attempt_claim(0, 1, 2) + ".started",
-        jl.abort_record(0), jl.commit_failure, layout.SUCCESS, f"<partition>/{layout.SUCCESS}", jl.trash_entry("<uuid>") + "/",
+        jl.abort_record(0, "<job uuid>"), jl.commit_failure, layout.SUCCESS, f"<partition>/{layout.SUCCESS}", jl.trash_entry("<uuid>") + "/",
         layout.DEDUP_PLAN,
         jl.compaction_plan("<job uuid>"), jl.input_claim("<file>", 0),
     }

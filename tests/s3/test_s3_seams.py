@@ -8,11 +8,16 @@ from airflow_commit_provider.protocol import faults, make_committer, read_succes
 
 from ..protocol import scenario as sc
 from ..protocol.test_lifecycle_seams import (
+    MOVE_ON,
+    check_zombie_teardown_left_nothing,
     committed_previous_job,
+    killed_late_teardown_after_commit,
     one_partition,
     produce,
+    swept_by_the_next,
     two_partitions,
     zombie_after_teardown,
+    zombie_teardown_woken_after,
 )
 
 
@@ -127,3 +132,22 @@ def test_s3_magic_teardown_keeps_the_uploads_of_a_try_that_claimed_its_commit(bu
     c.commit_job(4)
     sc.assert_exactly_once(sc.read_rows(root))
     assert read_success_marker(root, verify_files=True)["totals"]["rows"] == 4 * sc.ROWS
+
+
+@pytest.mark.parametrize("algorithm", [1, 2, "magic"])
+@pytest.mark.parametrize("moved_on", sorted(MOVE_ON))
+def test_s3_a_zombie_teardown_writing_its_record_late_leaves_no_stale_abort(bucket, algorithm, moved_on):
+    """tests/protocol/test_lifecycle_seams.py's sequence on S3: the teardown's late record must not be left under
+    the committed output (S3's cleanup deletes the job's keys; a key written after that would stay) nor make the
+    live job's status say ``failed``."""
+    c = make(f"s3://{bucket}/late-record", algorithm)
+    assert zombie_teardown_woken_after(c, lambda: MOVE_ON[moved_on](c)) == "superseded"
+    check_zombie_teardown_left_nothing(c, moved_on)
+
+
+@pytest.mark.parametrize("sweeper", ["abort", "setup"])
+def test_s3_the_next_setup_or_abort_sweeps_a_late_abort_record_after_the_commit(bucket, sweeper):
+    """On S3 the late record's key stays under the committed output until the job's next teardown or set-up."""
+    c = make(f"s3://{bucket}/late-killed", "magic")
+    killed_late_teardown_after_commit(c)
+    swept_by_the_next(c, sweeper)

@@ -11,7 +11,7 @@ app-attempt marker  ``app_marker(app)``              once per application attemp
 attempt claim       ``attempt_claim(app, t, a)``     exclusive: ``failed``, or the task record
 task commit record  ``task_record(app, t)``          exclusive: **the commit decision**
 commit plan         ``plan(job_uuid)``               once, before the first move of job commit
-abort record        ``abort_record(app)``            by the failed run's teardown
+abort record        ``abort_record(app, job_uuid)``  by the failed run's teardown
 commit log          ``commit_log``                   at job commit; outlives ``_temporary``
 error-mode claim    ``error_claim``                  exclusive, before the plan (mode ``error``)
 ``_SUCCESS``        ``SUCCESS`` (and per partition)  last
