@@ -75,8 +75,8 @@ def _clean_env() -> dict[str, str]:
 
 def _install(python: Path, args: list) -> None:
     """``pip install args`` into the venv of *python*, through uv: a cold install of Airflow and its 300
-    dependencies took pip 5-10 minutes of CI's 2 cores, uv seconds. uv reads no pip configuration (indexes,
-    find-links): where it cannot install, pip does, as before."""
+    dependencies takes pip minutes of CI's 2 cores, uv seconds (13.6 s in a fresh-clone run, caches empty). uv
+    reads no pip configuration (indexes, find-links): where it cannot install, pip does, as before."""
     from uv import find_uv_bin
 
     try:

@@ -232,7 +232,7 @@ class CeleryDeployment(Deployment):
         """PSS (MiB) of each component, children included, and of the services."""
         out = {name: round(pss_mib(p.pid), 1) for name, p in self.components.items() if p.poll() is None}
         out.update({name: round(_pss_pid(p.pid), 1) for name, p in self.services.items() if p.poll() is None})
-        out["postgresql"] = round(_pss_of_user_processes("postgres", str(self.dir / "pg-data")), 1)
+        out["postgresql"] = round(_pss_of_user_processes("postgres", str(self.pg.data)), 1)
         return out
 
     def stop(self) -> None:
