@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
         return OK, found, targets.summary_lines(found)
     if args.command == "verify":
         result = targets.verify(store)
-        lines = [f"{m['path']}: {'valid' if m['valid'] else 'INVALID: ' + str(m['problem'])}" for m in result["markers"]]
+        lines = [f"{m['path']}: {'valid' if m['valid'] else 'INVALID: ' + str(m['problem'])}"
+                 for m in result["markers"]]
         if not result["markers"]:
             lines.append(f"no _SUCCESS under {result['output']}: no job has committed there")
         return (OK if result["ok"] else FOUND_PROBLEM), result, lines

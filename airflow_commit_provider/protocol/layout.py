@@ -1,6 +1,6 @@
 """Where a job's pieces live under the output root: Hadoop's FileOutputCommitter layout, scoped per job.
 
-Every path is a name of :class:`JobLayout`; the README's design section ("Layout") draws the tree once, and
+Every path is a name of :class:`JobLayout`; docs/design.md ("Layout") draws the tree once, and
 ``tests/protocol/test_structure.py`` checks that drawing against this class.
 
 Hadoop puts ``<app>`` straight under ``_temporary``, so two jobs on one target share and delete each other's
