@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import re
+import shlex
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -624,14 +625,10 @@ class CommitAbortOperator(CommitBaseOperator):
 
 
 def leftover_hint(committer: FileOutputCommitter, conn_id: str | None, target: Any, kept: Sequence[int]) -> str:
-    """What a failed run's teardown leaves under ``_temporary/<job>`` (kept for a clear of the run), and the one
-    call that removes it when the run will not be cleared (Hadoop's abortJob: the target as before the job)."""
+    """What a failed run's teardown leaves under ``_temporary/<job>`` (kept for a clear of the run), and the
+    command that removes it when the run will not be cleared (Hadoop's abortJob: the target as before the job)."""
     where = committer.store.url(committer.layout.job_dir)
-    remove = (f"python -c \"from airflow_commit_provider.hooks.storage import CommitStorageHook; "
-              f"from airflow_commit_provider.protocol import CommitConfig; "
-              f"CommitStorageHook({conn_id!r}).make_committer({str(target)!r}, {committer.job_id!r}, "
-              f"CommitConfig(algorithm={committer.algorithm!r}, mode={committer.mode!r}, "
-              f"partition_by={list(committer.partition_by)!r})).abort_job()\"")
+    remove = purge_command(committer, conn_id)
     if kept:
         return (f"kept {len(kept)} committed task(s) ({', '.join(map(str, kept))}) of job {committer.job_id} hidden "
                 f"under {where}: clear this DAG run to recover them (their code is not called again). If the run "
@@ -639,3 +636,11 @@ def leftover_hint(committer: FileOutputCommitter, conn_id: str | None, target: A
     return (f"nothing of job {committer.job_id} was committed; its records stay under {where} so that a clear of "
             f"this DAG run continues the job. If the run will not be cleared, remove them with: {remove} "
             f"(purge_on_failure=True on the stage removes them at every failure)")
+
+
+def purge_command(committer: FileOutputCommitter, conn_id: str | None) -> str:
+    """The ``airflow-commit`` line that purges *committer*'s job (:mod:`..cli`), quoted for a shell."""
+    words = ["airflow-commit", "abort", committer.store.url(), "--job", committer.job_id, "--purge"]
+    if conn_id:
+        words += ["--conn-id", conn_id]
+    return shlex.join(words)
