@@ -22,7 +22,7 @@ from airflow_commit_provider.protocol.maintenance.dedup import find_duplicates, 
 from airflow_commit_provider.protocol.tables.ownership import table_at
 
 from . import dedup_tables
-from .tables_worker import run_job
+from .tables_worker import committer_for, run_job
 from .test_tables import expected, iceberg_table, rows
 
 pytest.importorskip("deltalake")
@@ -130,6 +130,20 @@ def test_iceberg_metadata_kept_elsewhere_is_found_by_the_job_records(tmp_path):
     refused = assert_refused(data, "compact", "iceberg", str(tmp_path))
     assert refused.name == "ns.events" and "_commits/events-" in str(refused)
     assert rows(cfg) == both_generations()
+
+
+@pytest.mark.parametrize("table_format", ["delta", "iceberg"])
+def test_a_first_table_job_under_way_is_found_by_its_job_record(tmp_path, table_format):
+    """Before a new table's first commit there is no Delta log nor Iceberg metadata yet: the job record the table
+    job's setup wrote names the table, and maintenance is refused by it."""
+    cfg = {"format": table_format, "location": str(tmp_path / "t"), "table_name": "ns.t", "job_id": "first"}
+    if table_format == "delta":
+        del cfg["table_name"]
+    committer = committer_for(cfg)
+    committer.setup_job()
+    data = committer.store.url().removeprefix("file://")
+    refused = assert_refused(data, "compact", table_format, str(tmp_path))
+    assert "_temporary/first/_job.json (job record)" in str(refused)
 
 
 def test_a_plain_directory_is_no_table(tmp_path):
