@@ -38,9 +38,9 @@ OPERATIONS = ("compaction", "deduplication")
 
 @dataclass(frozen=True)
 class FoundTable:
-    """A table found around a target: its format, its location (a URL), its name (the location, or an Iceberg
-    identifier a record gives), how the target relates to it (``is``, ``lies inside``, ``holds``) and what showed
-    it."""
+    """A table found around a target: its format, its location (a URL: where its log or metadata is, or, found by
+    a record only, where its data files are), its name (the location, or the Iceberg identifier a record gives),
+    how the target relates to it (``is``, ``lies inside``, ``holds``) and what showed it."""
 
     format: str
     location: str
