@@ -26,6 +26,7 @@ from .errors import (
     JobIncomplete,
     JobNotSetUp,
     MarkerChanging,
+    OwnedByTable,
     StorageCapabilityError,
 )
 from .job import Job
@@ -42,7 +43,7 @@ __all__ = [
     "MODES", "CommitConfig", "CommitDenied", "CommitProtocolError", "CorruptRecord", "FileOutputCommitter", "InputsChanged",
     "InputsClaimed", "InvalidOutputSpec",
     "JobAlreadyCommitted", "JobConfigMismatch", "Job", "JobContext", "JobIncomplete", "JobLayout", "JobNotSetUp",
-    "MarkerChanging", "make_committer",
+    "MarkerChanging", "OwnedByTable", "make_committer",
     "LocalStore", "OutputCommitter", "StorageCapabilityError", "Store", "TaskAttemptContext", "TaskAttemptWriter",
     "TaskOutcome", "check_job_id", "normalize_algorithm", "read_success_marker", "run_task_attempt", "store_for",
 ]
