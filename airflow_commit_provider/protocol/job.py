@@ -21,6 +21,7 @@ from .layout import ABORT_RECORD, TEMPORARY, TRASH, JobLayout, check_job_id
 from .modes import Mode
 from .publish import Publisher, publisher_for
 from .records.job import CommitLog, CommitPlan, JobRecord
+from .records.refused import RefusedTasks
 from .records.task import TaskCommitRecord
 from .stores import Store
 from .tables.common import TableTarget
@@ -113,6 +114,15 @@ class Job:
     def commit_plan(self, record: JobRecord) -> CommitPlan | None:
         """The plan of the generation's commit, once one was fixed (then the job is committing)."""
         return CommitPlan.read(self.store, self.layout.plan(record.job_uuid))
+
+    def refused_tasks(self, record: JobRecord) -> RefusedTasks:
+        """The task commits a job commit of the generation refused for good: recovery adopts none of them."""
+        return RefusedTasks.read(self.store, self.layout.refused_tasks(record.job_uuid), record.job_uuid)
+
+    def refuse_tasks(self, record: JobRecord, recs: Iterable[TaskCommitRecord], reason: str) -> RefusedTasks:
+        """Record that a job commit refused the commits *recs* of the generation for good (*reason*): the next
+        application attempt runs those tasks again instead of recovering them (:mod:`.records.refused`)."""
+        return RefusedTasks.add(self.store, self.layout.refused_tasks(record.job_uuid), recs, reason)
 
     def task_record(self, app: int, task: int, job_uuid: str) -> TaskCommitRecord | None:
         """The task's commit record in application attempt *app*, if it belongs to generation *job_uuid*: a zombie

@@ -1,0 +1,130 @@
+"""Recovery recovers only what can still commit (DESIGN section 10): a code change between a failed run and its
+clear.
+
+A task whose files a job commit refused for good (a schema the table does not have) is re-run on the next
+application attempt, not recovered into the same refusal forever; a changed ``partition_by`` or mapped list
+length between a failed run and its clear either works exactly once or is refused with advice that, followed,
+works. Driven as the operators drive the protocol: setup, the runner per task (recover, else run the callable),
+commit, the failed run's teardown (``abort_job(keep_committed=True)``), and a clear (the next setup).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_commit_provider.protocol import FileOutputCommitter, JobIncomplete, run_task_attempt
+from airflow_commit_provider.protocol.tables import SchemaMismatch
+
+from .tables_worker import committer_for, run_job, task_rows
+from .test_tables import base, expected, fmt, rows, transactions  # noqa: F401  (fixtures)
+
+
+class Calls:
+    """How often the user's callable ran, per task: one line per call in a file (as a DAG's callable would
+    count them across processes)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def note(self, task: int) -> None:
+        with open(self.path, "a") as f:
+            f.write(f"{task}\n")
+
+    def count(self) -> int:
+        return len(self.path.read_text().split()) if self.path.exists() else 0
+
+
+def write_stage(c: FileOutputCommitter, tasks: int, attempt: int, calls: Calls, gen: int,
+                extra: bool = False) -> list[str]:
+    """One run's write tasks, each as the write operator runs it; returns their outcomes' statuses."""
+    def produce(t: int):
+        def run(w) -> None:
+            calls.note(t)
+            w.write(task_rows(t, 4, gen, {"note": pa.array(["new"] * 4)} if extra else None))
+        return run
+    return [run_task_attempt(c, t, attempt, produce(t)).status for t in range(tasks)]
+
+
+def test_a_clear_after_a_refused_schema_reruns_the_tasks_instead_of_recovering_them(base, tmp_path):
+    run_job(base)                                         # an earlier job made the table: (id, day, gen)
+    cfg = {**base, "job_id": "events-2"}
+    calls = Calls(tmp_path / "calls")
+    c = committer_for(cfg)
+    c.setup_job()
+    assert write_stage(c, 3, 1, calls, gen=1, extra=True) == ["committed"] * 3   # the code adds a column
+    with pytest.raises(SchemaMismatch, match=r"new column\(s\) \['note'\]") as refused:
+        c.commit_job(3)
+    message = str(refused.value)
+    assert "tasks 0, 1, 2" in message and "re-run" in message and "setup" in message, message
+    with pytest.raises(SchemaMismatch, match="re-run"):   # "clear only failed": the commit alone, same refusal
+        committer_for(cfg).commit_job(3)
+    assert rows(base) == expected() and transactions(base) == 1
+    assert committer_for(cfg).abort_job(keep_committed=True)["aborted"]   # the failed run's teardown
+
+    # the code is reverted and the whole run cleared: the next application attempt runs the callable again
+    c = committer_for(cfg)
+    c.setup_job()
+    assert write_stage(c, 3, 2, calls, gen=1) == ["committed"] * 3
+    assert calls.count() == 6
+    manifest = c.commit_job(3)
+    assert manifest["table"]["files_added"] == 6
+    assert rows(base) == sorted(expected() + expected(gen=1))
+    assert transactions(base) == 2
+
+
+def test_a_table_less_first_job_keeps_the_schema_of_the_tasks_run_now(tmp_path):
+    """No table yet, so no schema to compare with: a task recovered from the failed run (old code, a column more)
+    disagrees with the tasks the current code ran. The current code's schema wins: only the recovered task is
+    refused, and on the next clear only it runs again."""
+    pytest.importorskip("deltalake")
+    cfg = {"format": "delta", "location": str(tmp_path / "events"), "job_id": "first", "mode": "append",
+           "partition_by": ["day"]}
+    calls = Calls(tmp_path / "calls")
+    c = committer_for(cfg)
+    c.setup_job()
+    assert write_stage(c, 1, 1, calls, gen=0, extra=True) == ["committed"]   # task 0; task 1 failed then
+    c.abort_job(keep_committed=True)
+    c = committer_for(cfg)
+    c.setup_job()                                                          # code reverted, run cleared
+    statuses = [run_task_attempt(c, 0, 2, lambda w: calls.note(0)).status,
+                run_task_attempt(c, 1, 2, lambda w: (calls.note(1), w.write(task_rows(1, 4, 0)))).status]
+    assert statuses == ["recovered", "committed"] and calls.count() == 2
+    with pytest.raises(SchemaMismatch, match=r"task 0 .*re-run") as refused:
+        c.commit_job(2)
+    assert "task 1" not in str(refused.value).split("re-run")[0].split("files of")[-1]
+    c.abort_job(keep_committed=True)
+    c = committer_for(cfg)
+    c.setup_job()
+    statuses = [run_task_attempt(c, t, 3, lambda w, t=t: (calls.note(t), w.write(task_rows(t, 4, 0)))).status
+                for t in range(2)]
+    assert statuses == ["committed", "recovered"] and calls.count() == 3
+    c.commit_job(2)
+    assert rows(cfg) == expected(tasks=2)
+
+
+def test_a_refused_task_not_run_again_is_named_by_the_commit(base, tmp_path):
+    """A commit whose application attempt did not re-run a refused task (its write task not cleared) says which
+    tasks, why, and what to clear."""
+    run_job(base)
+    cfg = {**base, "job_id": "events-2"}
+    calls = Calls(tmp_path / "calls")
+    c = committer_for(cfg)
+    c.setup_job()
+    write_stage(c, 2, 1, calls, gen=1, extra=True)
+    with pytest.raises(SchemaMismatch):
+        c.commit_job(2)
+    c.abort_job(keep_committed=True)
+    c = committer_for(cfg)
+    c.setup_job()
+    assert run_task_attempt(c, 0, 2, lambda w: w.write(task_rows(0, 4, 1))).status == "committed"
+    with pytest.raises(JobIncomplete, match=r"Task\(s\) 1 were refused by an earlier job commit.*clear") as missing:
+        c.commit_job(2)
+    assert missing.value.missing == [1]
+
+
+def read_dir(root: Path) -> list[dict]:
+    return sorted(pq.read_table(str(root), partitioning="hive").to_pylist(), key=lambda r: r["id"])
