@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_commit_provider.protocol import FileOutputCommitter, JobIncomplete, run_task_attempt
+from airflow_commit_provider.protocol import FileOutputCommitter, JobConfigMismatch, JobIncomplete, run_task_attempt
 from airflow_commit_provider.protocol.tables import SchemaMismatch
 
 from .tables_worker import committer_for, run_job, task_rows
@@ -126,5 +126,117 @@ def test_a_refused_task_not_run_again_is_named_by_the_commit(base, tmp_path):
     assert missing.value.missing == [1]
 
 
+def test_a_table_partitioned_otherwise_is_refused_before_the_plan_and_a_clear_with_its_partitioning_commits(
+        base, tmp_path):
+    """The table is partitioned by ``day``, the job by ``gen``: refused before the plan is fixed (a fixed plan
+    would repeat the table's refusal on every try, and abort nothing). Followed, the advice (the table's
+    partitioning, then a clear of the whole run) starts the job over and commits every task once."""
+    run_job(base)
+    cfg = {**base, "job_id": "events-2", "partition_by": ["gen"]}
+    calls = Calls(tmp_path / "calls")
+    c = committer_for(cfg)
+    c.setup_job()
+    write_stage(c, 2, 1, calls, gen=1)
+    with pytest.raises(SchemaMismatch, match=r"partitioned by .*day.*Give the stage the table's partitioning"):
+        c.commit_job(2)
+    assert c.job.commit_plan(c.job_record()) is None
+    assert c.abort_job(keep_committed=True)["aborted"]
+    c = committer_for({**cfg, "partition_by": ["day"]})
+    c.setup_job()
+    assert write_stage(c, 2, 2, calls, gen=1) == ["committed"] * 2 and calls.count() == 4
+    c.commit_job(2)
+    assert rows(base) == sorted(expected() + expected(tasks=2, gen=1))
+
+
 def read_dir(root: Path) -> list[dict]:
     return sorted(pq.read_table(str(root), partitioning="hive").to_pylist(), key=lambda r: r["id"])
+
+
+def region_rows(task: int) -> pa.Table:
+    return pa.table({"id": [task * 10 + i for i in range(4)], "day": [i % 2 for i in range(4)],
+                     "region": ["eu", "us", "eu", "us"]})
+
+
+def failed_run(root: Path, calls: Calls, partition_by: list[str], teardown: bool = True) -> FileOutputCommitter:
+    """Run 1: task 0 commits, task 1's code fails; the run fails, and its teardown (unless it was killed) keeps
+    task 0 for a clear."""
+    c = FileOutputCommitter(str(root), "j", mode="append", partition_by=partition_by, durable=False)
+    c.setup_job()
+    assert run_task_attempt(c, 0, 1, lambda w: (calls.note(0), w.write(region_rows(0)))).status == "committed"
+
+    def broken(w) -> None:
+        calls.note(1)
+        raise RuntimeError("the user's code failed")
+    with pytest.raises(RuntimeError):
+        run_task_attempt(c, 1, 1, broken)
+    if teardown:
+        assert c.abort_job(keep_committed=True)["kept_committed_tasks"] == [0]
+    return c
+
+
+def cleared_run(root: Path, calls: Calls, partition_by: list[str], tasks: int = 2) -> list[str]:
+    """The clear: setup (the next application attempt), the write tasks, the commit."""
+    c = FileOutputCommitter(str(root), "j", mode="append", partition_by=partition_by, durable=False)
+    c.setup_job()
+    statuses = [run_task_attempt(c, t, 2, lambda w, t=t: (calls.note(t), w.write(region_rows(t)))).status
+                for t in range(tasks)]
+    c.commit_job(tasks)
+    return statuses
+
+
+def partition_dirs(root: Path) -> set[str]:
+    return {p.name.split("=")[0] for p in root.iterdir() if "=" in p.name}
+
+
+def test_a_partition_by_changed_between_a_failed_run_and_its_clear_reruns_every_task(tmp_path):
+    """Task 0's committed files are laid out by ``day``; after the edit the stage writes ``region``
+    directories. Recovering task 0 would publish day directories beside region ones (or refuse for ever): the
+    clear's setup, finding the failed run's teardown done, starts the job over with the new partitioning, and
+    every task runs again."""
+    root, calls = tmp_path / "out", Calls(tmp_path / "calls")
+    failed_run(root, calls, ["day"])
+    assert cleared_run(root, calls, ["region"]) == ["committed", "committed"]
+    assert calls.count() == 4
+    assert partition_dirs(root) == {"region"}
+    assert sorted(r["id"] for r in read_dir(root)) == [0, 1, 2, 3, 10, 11, 12, 13]
+    assert not (root / "_temporary").exists()
+
+
+def test_a_partition_by_changed_while_the_failed_run_was_not_torn_down_is_refused_with_a_way_out(tmp_path):
+    """Without the teardown's record the setup cannot tell a failed run from one still running, whose work a
+    restart would destroy: it refuses, naming both ways out. The purge it names, followed, lets the clear run."""
+    root, calls = tmp_path / "out", Calls(tmp_path / "calls")
+    failed_run(root, calls, ["day"], teardown=False)
+    with pytest.raises(JobConfigMismatch, match=r"partition_by=\['day'\].*abort_job\(\)") as refused:
+        cleared_run(root, calls, ["region"])
+    assert (root / "_temporary").exists() and not (root / "_SUCCESS").exists()
+    # "clear only failed tasks": a write task with the new partitioning, in the failed run's application attempt
+    c = FileOutputCommitter(str(root), "j", mode="append", partition_by=["region"], durable=False)
+    with pytest.raises(JobConfigMismatch, match="setup"):
+        run_task_attempt(c, 1, 2, lambda w: calls.note(1))
+    assert calls.count() == 2
+    # the advice: purge the failed run's job (with the partitioning it was set up with), then clear
+    FileOutputCommitter(str(root), "j", mode="append", partition_by=["day"], durable=False).abort_job()
+    assert cleared_run(root, calls, ["region"]) == ["committed", "committed"]
+    assert partition_dirs(root) == {"region"} and len(read_dir(root)) == 8
+    assert "abort_job()" in str(refused.value)
+
+
+@pytest.mark.parametrize("before,after", [(3, 2), (2, 3)])
+def test_a_mapped_list_that_changed_length_between_a_failed_run_and_its_clear_commits_each_task_once(
+        tmp_path, before, after):
+    """Run 1 maps over *before* items (the last one fails); the clear maps over *after*. Tasks still mapped are
+    recovered, new ones run, and a task no longer mapped is left out: its files stay hidden and go with the job's
+    records."""
+    root, calls = tmp_path / "out", Calls(tmp_path / "calls")
+    c = FileOutputCommitter(str(root), "j", mode="append", partition_by=["day"], durable=False)
+    c.setup_job()
+    for t in range(before - 1):
+        run_task_attempt(c, t, 1, lambda w, t=t: (calls.note(t), w.write(region_rows(t))))
+    with pytest.raises(RuntimeError):
+        run_task_attempt(c, before - 1, 1, lambda w: (_ for _ in ()).throw(RuntimeError("failed")))
+    c.abort_job(keep_committed=True)
+    statuses = cleared_run(root, calls, ["day"], tasks=after)
+    assert statuses == ["recovered"] * min(before - 1, after) + ["committed"] * (after - min(before - 1, after))
+    assert sorted(r["id"] for r in read_dir(root)) == [t * 10 + i for t in range(after) for i in range(4)]
+    assert not (root / "_temporary").exists()

@@ -26,8 +26,8 @@ def data_files(scope: Job, recs: Iterable[TaskCommitRecord]) -> list[DataFile]:
 
 
 def check_table(scope: Job, recs: Iterable[TaskCommitRecord], replaced: Collection[str]) -> None:
-    """Before the plan is fixed (so a refusal changes nothing): one schema among the job's files (their footers,
-    where the task commits left them) and the table's, and, in mode ``error``, a table holding nothing but the
+    """Before the plan is fixed (so a refusal changes nothing): the table's partitioning is the job's, one schema
+    among the job's files (their footers, where the task commits left them) and the table's, and, in mode ``error``, a table holding nothing but the
     job's earlier generation (*replaced*, which the transaction removes).
 
     A schema refusal is for good (the same files fail the same way on every try), so the tasks whose files it
@@ -36,6 +36,12 @@ def check_table(scope: Job, recs: Iterable[TaskCommitRecord], replaced: Collecti
     schema differs from the one of the tasks committed in this application attempt (the code of now), or every
     task when these disagree too (or none ran now)."""
     assert scope.table is not None
+    try:
+        scope.table.check_partitioning(scope.config.partition_by)
+    except SchemaMismatch as exc:
+        raise SchemaMismatch(f"{exc}. Give the stage the table's partitioning (or another table): after this "
+                             "failed run's teardown, a clear of the whole DAG run (the stage's setup included) "
+                             "starts the job over with it, every task run again") from exc
     recs = list(recs)
     groups = schema_groups(scope, recs)
     if groups:

@@ -168,6 +168,11 @@ class TableTarget(ABC):
         """:class:`SchemaMismatch` naming the difference when the table exists with another schema."""
 
     @abstractmethod
+    def check_partitioning(self, partition_by: Sequence[str]) -> None:
+        """:class:`SchemaMismatch` when the table exists partitioned otherwise than by *partition_by*: checked
+        before a job's plan is fixed, since the transaction would refuse the job's files on every try."""
+
+    @abstractmethod
     def check_empty(self, own: Collection[str] = ()) -> None:
         """:class:`InvalidOutputSpec` when the table exists and holds data files other than *own* (mode
         ``error``; *own*: the job's earlier generation, which a clear after success replaces, paths relative to
