@@ -134,9 +134,14 @@ class Job:
         """The plan of the generation's commit, once one was fixed (then the job is committing)."""
         return CommitPlan.read(self.store, self.layout.plan(record.job_uuid))
 
-    def refused_tasks(self, record: JobRecord) -> RefusedTasks:
-        """The task commits a job commit of the generation refused for good: recovery adopts none of them."""
-        return RefusedTasks.read(self.store, self.layout.refused_tasks(record.job_uuid), record.job_uuid)
+    def refused_tasks(self, record: JobRecord, names: Iterable[str] | None = None) -> RefusedTasks:
+        """The task commits a job commit of the generation refused for good: recovery adopts none of them.
+        *names*: the job directory's, when the caller has just listed it (no read when the record is not there:
+        on S3 a missing record still costs a request)."""
+        rel = self.layout.refused_tasks(record.job_uuid)
+        if names is not None and rel.rsplit("/", 1)[-1] not in set(names):
+            return RefusedTasks(record.job_uuid, {})
+        return RefusedTasks.read(self.store, rel, record.job_uuid)
 
     def refuse_tasks(self, record: JobRecord, recs: Iterable[TaskCommitRecord], reason: str) -> RefusedTasks:
         """Record that a job commit refused the commits *recs* of the generation for good (*reason*): the next

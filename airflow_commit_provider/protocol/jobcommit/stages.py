@@ -50,7 +50,7 @@ class RecoverTasks(Stage[Sequence[int], dict[int, TaskCommitRecord]]):
         # rewritten, only added): those are read straight; only the others look into earlier attempts
         present = set(scope.store.list_dir(scope.layout.commits_dir(app)))
         attempts = TaskAttempts(scope)
-        refused = scope.refused_tasks(job)
+        refused = scope.refused_tasks(job)   # read once for all the tasks
         recs: dict[int, TaskCommitRecord] = {}
         missing: list[int] = []
 
