@@ -112,7 +112,7 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
         check_tree(scope, recs.values())
         dsts = {f.path for rec in recs.values() for f in rec.files}
         if scope.table is not None:   # the table transaction replaces; nothing is deleted at file level
-            check_table(scope, recs.values(), job.replaced_files)
+            check_table(scope, job, recs.values())
             return self._fix(recs, set(), marker_dirs_above(dsts))
         replaced = job.replaced_files
         replace_files = set(job.replace_files)  # e.g. the small files a compaction merged

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from ..job import Job
+from ..records.job import JobRecord
 from ..records.task import TaskCommitRecord
 from ..tables.common import DataFile, JobTag, SchemaMismatch, TableCommit, describe_difference, parquet_schema
 from .stage import Plan, Stage
@@ -25,10 +26,10 @@ def data_files(scope: Job, recs: Iterable[TaskCommitRecord]) -> list[DataFile]:
     return [DataFile.from_entry(f.path, f.size, f.rows, scope.config.partition_by) for rec in recs for f in rec.files]
 
 
-def check_table(scope: Job, recs: Iterable[TaskCommitRecord], replaced: Collection[str]) -> None:
+def check_table(scope: Job, job: JobRecord, recs: Iterable[TaskCommitRecord]) -> None:
     """Before the plan is fixed (so a refusal changes nothing): the table's partitioning is the job's, one schema
-    among the job's files (their footers, where the task commits left them) and the table's, and, in mode ``error``, a table holding nothing but the
-    job's earlier generation (*replaced*, which the transaction removes).
+    among the job's files (their footers, where the task commits left them) and the table's, and, in mode
+    ``error``, a table holding nothing but the job's earlier generation (which the transaction removes).
 
     A schema refusal is for good (the same files fail the same way on every try), so the tasks whose files it
     refuses are recorded (:meth:`~..job.Job.refuse_tasks`): the next application attempt runs them again instead
@@ -42,32 +43,29 @@ def check_table(scope: Job, recs: Iterable[TaskCommitRecord], replaced: Collecti
         raise SchemaMismatch(f"{exc}. Give the stage the table's partitioning (or another table): after this "
                              "failed run's teardown, a clear of the whole DAG run (the stage's setup included) "
                              "starts the job over with it, every task run again") from exc
-    recs = list(recs)
-    groups = schema_groups(scope, recs)
-    if groups:
-        refused, error = refused_groups(scope, groups)
-        if refused:
-            job = scope.require_job()
-            bad = sorted({rec.task: rec for g in refused for rec in g.recs}.values(), key=lambda r: r.task)
-            scope.refuse_tasks(job, bad, f"{type(error).__name__}: {error}")
-            raise SchemaMismatch(f"{error}. The files of {_tasks(bad)} are recorded as refused: {'they are' if len(bad) > 1 else 'it is'} "
-                                 "re-run, not recovered, on the next clear of the DAG run with the stage's setup "
-                                 "(a new application attempt; 'clear only failed tasks' re-runs this commit alone, "
-                                 "which fails the same way), so fix the code (or the table's schema) first") from error
+    refused, error = refused_groups(scope, schema_groups(scope, recs))
+    if error is not None:
+        bad = sorted({t: rec for g in refused for t, rec in g.recs.items()}.values(), key=lambda r: r.task)
+        scope.refuse_tasks(job, bad, str(error))
+        raise SchemaMismatch(
+            f"{error}. The files of {_tasks(bad)} are recorded as refused: {'they are' if len(bad) > 1 else 'it is'} "
+            "re-run, not recovered, on the next clear of the DAG run with the stage's setup (a new application "
+            "attempt; 'clear only failed tasks' re-runs this commit alone, which fails the same way), so fix the "
+            "code (or the table's schema) first") from error
     if scope.mode.claims_target:
-        scope.table.check_empty(replaced)
+        scope.table.check_empty(job.replaced_files)
 
 
 @dataclass
 class SchemaGroup:
-    """The task records whose files share one schema (*path*: one of those files)."""
+    """The task records whose files share one schema (*path*: one of those files), by task."""
 
     schema: pa.Schema
     path: str
-    recs: list[TaskCommitRecord] = field(default_factory=list)
+    recs: dict[int, TaskCommitRecord] = field(default_factory=dict)
 
 
-def schema_groups(scope: Job, recs: Sequence[TaskCommitRecord]) -> list[SchemaGroup]:
+def schema_groups(scope: Job, recs: Iterable[TaskCommitRecord]) -> list[SchemaGroup]:
     """The distinct schemas of the job's files (their footers), each with the task records that have it."""
     groups: list[SchemaGroup] = []
     for rec in recs:
@@ -78,14 +76,16 @@ def schema_groups(scope: Job, recs: Sequence[TaskCommitRecord]) -> list[SchemaGr
             if group is None:
                 group = SchemaGroup(schema, path)
                 groups.append(group)
-            if rec not in group.recs:
-                group.recs.append(rec)
+            group.recs[rec.task] = rec
     return groups
 
 
 def refused_groups(scope: Job, groups: Sequence[SchemaGroup]) -> tuple[list[SchemaGroup], SchemaMismatch | None]:
-    """The groups whose files the commit refuses, and the first refusal's error (see :func:`check_table`)."""
+    """The groups whose files the commit refuses, and the first refusal's error (``None``: none refused; see
+    :func:`check_table`)."""
     assert scope.table is not None
+    if not groups:
+        return [], None
     if scope.table.exists():
         refused, first = [], None
         for g in groups:
@@ -97,7 +97,7 @@ def refused_groups(scope: Job, groups: Sequence[SchemaGroup]) -> tuple[list[Sche
         return refused, first
     if len(groups) == 1:
         return [], None
-    now = [g for g in groups if any(not rec.adopted for rec in g.recs)]
+    now = [g for g in groups if any(not rec.adopted for rec in g.recs.values())]
     keep = now[0] if len(now) == 1 else None
     refused = [g for g in groups if g is not keep]
     ref = keep or groups[0]
