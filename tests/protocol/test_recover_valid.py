@@ -157,10 +157,12 @@ def region_rows(task: int) -> pa.Table:
                      "region": ["eu", "us", "eu", "us"]})
 
 
-def failed_run(root: Path, calls: Calls, partition_by: list[str], teardown: bool = True) -> FileOutputCommitter:
+def failed_run(root: Path, calls: Calls, partition_by: list[str], teardown: bool = True,
+               **config: object) -> FileOutputCommitter:
     """Run 1: task 0 commits, task 1's code fails; the run fails, and its teardown (unless it was killed) keeps
-    task 0 for a clear."""
-    c = FileOutputCommitter(str(root), "j", mode="append", partition_by=partition_by, durable=False)
+    task 0 for a clear (v1; v2 cannot keep what it made visible)."""
+    config = {"mode": "append", **config}
+    c = FileOutputCommitter(str(root), "j", partition_by=partition_by, durable=False, **config)
     c.setup_job()
     assert run_task_attempt(c, 0, 1, lambda w: (calls.note(0), w.write(region_rows(0)))).status == "committed"
 
@@ -170,13 +172,15 @@ def failed_run(root: Path, calls: Calls, partition_by: list[str], teardown: bool
     with pytest.raises(RuntimeError):
         run_task_attempt(c, 1, 1, broken)
     if teardown:
-        assert c.abort_job(keep_committed=True)["kept_committed_tasks"] == [0]
+        kept = c.abort_job(keep_committed=True)["kept_committed_tasks"]
+        assert kept == ([] if config.get("algorithm") == 2 else [0])
     return c
 
 
-def cleared_run(root: Path, calls: Calls, partition_by: list[str], tasks: int = 2) -> list[str]:
+def cleared_run(root: Path, calls: Calls, partition_by: list[str], tasks: int = 2, **config: object) -> list[str]:
     """The clear: setup (the next application attempt), the write tasks, the commit."""
-    c = FileOutputCommitter(str(root), "j", mode="append", partition_by=partition_by, durable=False)
+    config = {"mode": "append", **config}
+    c = FileOutputCommitter(str(root), "j", partition_by=partition_by, durable=False, **config)
     c.setup_job()
     statuses = [run_task_attempt(c, t, 2, lambda w, t=t: (calls.note(t), w.write(region_rows(t)))).status
                 for t in range(tasks)]
@@ -188,14 +192,16 @@ def partition_dirs(root: Path) -> set[str]:
     return {p.name.split("=")[0] for p in root.iterdir() if "=" in p.name}
 
 
-def test_a_partition_by_changed_between_a_failed_run_and_its_clear_reruns_every_task(tmp_path):
+@pytest.mark.parametrize("config", [{}, {"mode": "error"}, {"algorithm": 2}, {"mode": "dynamic"}],
+                         ids=["append", "error", "v2", "dynamic"])
+def test_a_partition_by_changed_between_a_failed_run_and_its_clear_reruns_every_task(tmp_path, config):
     """Task 0's committed files are laid out by ``day``; after the edit the stage writes ``region``
     directories. Recovering task 0 would publish day directories beside region ones (or refuse for ever): the
     clear's setup, finding the failed run's teardown done, starts the job over with the new partitioning, and
     every task runs again."""
     root, calls = tmp_path / "out", Calls(tmp_path / "calls")
-    failed_run(root, calls, ["day"])
-    assert cleared_run(root, calls, ["region"]) == ["committed", "committed"]
+    failed_run(root, calls, ["day"], **config)
+    assert cleared_run(root, calls, ["region"], **config) == ["committed", "committed"]
     assert calls.count() == 4
     assert partition_dirs(root) == {"region"}
     assert sorted(r["id"] for r in read_dir(root)) == [0, 1, 2, 3, 10, 11, 12, 13]
