@@ -109,7 +109,7 @@ def test_a_table_less_first_job_keeps_the_schema_of_the_tasks_run_now(tmp_path):
 
 def test_a_refused_task_not_run_again_is_named_by_the_commit(base, tmp_path):
     """A commit whose application attempt did not re-run a refused task (its write task not cleared) says which
-    tasks, why, and what to clear."""
+    tasks, why, and what to clear; cleared so, the task runs and the job commits."""
     run_job(base)
     cfg = {**base, "job_id": "events-2"}
     calls = Calls(tmp_path / "calls")
@@ -125,6 +125,14 @@ def test_a_refused_task_not_run_again_is_named_by_the_commit(base, tmp_path):
     with pytest.raises(JobIncomplete, match=r"Task\(s\) 1 were refused by an earlier job commit.*clear") as missing:
         c.commit_job(2)
     assert missing.value.missing == [1]
+    c.abort_job(keep_committed=True)
+    c = committer_for(cfg)                                # the advice: the whole run cleared, task 1 runs
+    c.setup_job()
+    statuses = [run_task_attempt(c, t, 3, lambda w, t=t: (calls.note(t), w.write(task_rows(t, 4, 1)))).status
+                for t in range(2)]
+    assert statuses == ["recovered", "committed"]
+    c.commit_job(2)
+    assert rows(base) == sorted(expected() + expected(tasks=2, gen=1))
 
 
 def test_a_table_partitioned_otherwise_is_refused_before_the_plan_and_a_clear_with_its_partitioning_commits(
