@@ -21,6 +21,7 @@ from .layout import ABORT_RECORD, TEMPORARY, TRASH, JobLayout, check_job_id
 from .modes import Mode
 from .publish import Publisher, publisher_for
 from .records.job import CommitLog, CommitPlan, JobRecord
+from .records.refused import RefusedTasks
 from .records.task import TaskCommitRecord
 from .stores import Store
 from .tables.common import TableTarget
@@ -71,10 +72,29 @@ class Job:
                 f"job {self.job_id} was set up to publish into {_describe(record.table)}, but this committer "
                 f"publishes into {_describe(ours.get('table'))}; a job keeps its target across attempts: give the "
                 "same table_format and table, or another job id")
+        if self.repartitioned(record):
+            raise JobConfigMismatch(
+                f"job {self.job_id} was set up with partition_by={list(record.partition_by)}, this committer has "
+                f"partition_by={list(self.config.partition_by)}: the tasks it committed are laid out by the old "
+                "columns, so none of them can be recovered into the new ones. Restore partition_by="
+                f"{list(record.partition_by)}; or start the job over: after the failed run's teardown, clear the "
+                "whole DAG run (the stage's setup included, not only the failed tasks): its setup starts the job "
+                "again with the new partitioning and every task runs again. If that teardown did not run (killed, "
+                "or the run is still running), first purge the job: FileOutputCommitter("
+                f"{self.store.url()!r}, {self.job_id!r}, algorithm={record.algorithm!r}, mode={record.mode!r}, "
+                f"partition_by={list(record.partition_by)!r}).abort_job(), then clear the run")
         if record.config() != ours:
             raise JobConfigMismatch(
                 f"job {self.job_id} was set up with {record.config()}, but this committer has {ours}; "
                 "a job keeps its committer, algorithm, mode and partitioning across attempts")
+
+    def repartitioned(self, record: JobRecord) -> bool:
+        """Whether *record* differs from this job's configuration in ``partition_by`` alone: the one change
+        between a failed run and its clear that the next setup can make by starting the generation over
+        (:func:`~.jobsetup.setup_job`), since no committed task's files fit the new layout."""
+        ours = self.identity()
+        return record.table == ours.get("table") and record.config() != ours \
+            and {**record.config(), "partition_by": ours["partition_by"]} == ours
 
     # ------------------------------------------------------------------ record reads
     def job_record(self) -> JobRecord | None:
@@ -113,6 +133,20 @@ class Job:
     def commit_plan(self, record: JobRecord) -> CommitPlan | None:
         """The plan of the generation's commit, once one was fixed (then the job is committing)."""
         return CommitPlan.read(self.store, self.layout.plan(record.job_uuid))
+
+    def refused_tasks(self, record: JobRecord, names: Iterable[str] | None = None) -> RefusedTasks:
+        """The task commits a job commit of the generation refused for good: recovery adopts none of them.
+        *names*: the job directory's, when the caller has just listed it (no read when the record is not there:
+        on S3 a missing record still costs a request)."""
+        rel = self.layout.refused_tasks(record.job_uuid)
+        if names is not None and rel.rsplit("/", 1)[-1] not in set(names):
+            return RefusedTasks(record.job_uuid, {})
+        return RefusedTasks.read(self.store, rel, record.job_uuid)
+
+    def refuse_tasks(self, record: JobRecord, recs: Iterable[TaskCommitRecord], reason: str) -> RefusedTasks:
+        """Record that a job commit refused the commits *recs* of the generation for good (*reason*): the next
+        application attempt runs those tasks again instead of recovering them (:mod:`.records.refused`)."""
+        return RefusedTasks.add(self.store, self.layout.refused_tasks(record.job_uuid), recs, reason)
 
     def task_record(self, app: int, task: int, job_uuid: str) -> TaskCommitRecord | None:
         """The task's commit record in application attempt *app*, if it belongs to generation *job_uuid*: a zombie

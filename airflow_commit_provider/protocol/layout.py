@@ -89,6 +89,11 @@ class JobLayout:
         """The last failed job commit's summary (:mod:`.jobcommit`): goes with the job's records at cleanup."""
         return f"{self.job_dir}/_commit_failure.json"
 
+    def refused_tasks(self, job_uuid: str) -> str:
+        """The task commits a job commit of generation *job_uuid* refused for good (:mod:`.records.refused`):
+        recovery adopts none of them."""
+        return f"{self.job_dir}/_refused_{job_uuid}.json"
+
     def plan(self, job_uuid: str) -> str:
         """Scoped by generation, so a plan a crash left behind never steers a later generation's commit."""
         return f"{self.job_dir}/_commit_plan_{job_uuid}.json"
