@@ -80,9 +80,9 @@ class Job:
                 f"{list(record.partition_by)}; or start the job over: after the failed run's teardown, clear the "
                 "whole DAG run (the stage's setup included, not only the failed tasks): its setup starts the job "
                 "again with the new partitioning and every task runs again. If that teardown did not run (killed, "
-                "or the run is still running), first purge the job: FileOutputCommitter("
-                f"{self.store.url()!r}, {self.job_id!r}, algorithm={record.algorithm!r}, mode={record.mode!r}, "
-                f"partition_by={list(record.partition_by)!r}).abort_job(), then clear the run")
+                f"or the run is still running), first purge the job: airflow-commit abort {self.store.url()} --job "
+                f"{self.job_id} --purge (with --conn-id <the stage's connection> for a remote target), then clear "
+                "the run")
         if record.config() != ours:
             raise JobConfigMismatch(
                 f"job {self.job_id} was set up with {record.config()}, but this committer has {ours}; "
