@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 
 import pytest
 from hypothesis import given, settings
@@ -107,3 +107,40 @@ def test_stages_of_one_name_in_two_task_groups_are_two_jobs():
                 setups.append(group.children[f"{outer}.load.setup"])
     names = [s._job_name() for s in setups]
     assert names == ["eu.load", "us.load"]
+
+
+# ------------------------------------------------------------------ end to end: two keys into one target
+@pytest.fixture
+def dags(airflow_db):
+    import importlib
+    import shutil
+    import sys
+
+    from ..conftest import DAGS_FOLDER, TEST_ROOT, TEST_WORK
+
+    if str(DAGS_FOLDER) not in sys.path:
+        sys.path.insert(0, str(DAGS_FOLDER))
+    for path in list(TEST_WORK.iterdir()) + list(TEST_ROOT.iterdir()):
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return importlib.import_module("commit_test_dags")
+
+
+def test_two_keys_that_read_alike_keep_their_rows_in_one_append_target(dags):
+    from collections import Counter
+
+    from airflow_commit_provider.protocol import read_success_marker
+
+    from ..conftest import TEST_ROOT
+    from ..protocol import scenario as sc
+
+    keys = ["2024-01-01..2024-01-07", "2024-01-01_2024-01-07"]   # a natural key: "{{ ds }}..{{ next_ds }}"
+    for day, key in enumerate(keys, start=1):
+        when = datetime(2024, 2, day, tzinfo=timezone.utc)
+        assert dags.ct_job_key.test(logical_date=when, run_after=when, run_conf={"key": key}).state == "success"
+    target = str(TEST_ROOT / "ct_job_key")
+    rows = sc.read_rows(target)
+    per_task = dags.ROWS
+    assert Counter((r["key"], r["task"], r["row"]) for r in rows) == {
+        (key, t, r): 1 for key in keys for t in range(dags.TASKS) for r in range(per_task)}
+    manifest = read_success_marker(target, verify_files=True)
+    assert manifest["generation"] == 0 and manifest["names"]["job_key"] == keys[-1]
