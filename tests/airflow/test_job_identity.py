@@ -8,7 +8,11 @@
 - the ids of unambiguous namings are the ids earlier releases gave, so that jobs in flight at an upgrade keep
   theirs (pinned values);
 - a stage nested in a task group is named by its full group id, so two stages of one name in two groups are two
-  jobs.
+  jobs;
+- end to end under ``dag.test()``: runs keyed ``2024-01-01..2024-01-07`` and ``2024-01-01_2024-01-07`` append into
+  one target and each key's rows are there exactly once (earlier releases lost the first key's); a stage whose job
+  id another naming holds fails at set-up without a retry and without changing the target, and the advice of
+  its error (another job key) works.
 """
 
 from __future__ import annotations
@@ -144,3 +148,37 @@ def test_two_keys_that_read_alike_keep_their_rows_in_one_append_target(dags):
         (key, t, r): 1 for key in keys for t in range(dags.TASKS) for r in range(per_task)}
     manifest = read_success_marker(target, verify_files=True)
     assert manifest["generation"] == 0 and manifest["names"]["job_key"] == keys[-1]
+
+
+def test_a_stage_whose_job_id_another_naming_holds_fails_at_setup_and_another_key_works(dags, capfd):
+    from airflow.utils.session import create_session
+
+    from airflow_commit_provider.operators.identity import make_job_id
+    from airflow_commit_provider.protocol import make_committer
+
+    from ..conftest import TEST_ROOT
+    from ..protocol import scenario as sc
+    from ..protocol.test_tree_shape import snapshot
+
+    target = TEST_ROOT / "ct_job_key"
+    taken = make_job_id("ct_job_key", "taken", "stage")
+    other = make_committer(str(target), taken, algorithm=1, mode="append",
+                           names={"dag_id": "elsewhere", "job_key": "taken", "job_name": "stage"})
+    other.setup_job()
+    before = snapshot(target)
+
+    when = datetime(2024, 3, 1, tzinfo=timezone.utc)
+    dr = dags.ct_job_key.test(logical_date=when, run_after=when, run_conf={"key": "taken"})
+    with create_session() as session:
+        setup = next(ti for ti in dr.get_task_instances(session=session) if ti.task_id == "stage.setup")
+    assert dr.state == "failed" and setup.state == "failed" and setup.try_number == 1, "refused, not retried"
+    assert snapshot(target) == before, "the refused stage changed the target"
+    log = capfd.readouterr()
+    assert "AirflowFailException: JobIdentityCollision: job id ct_job_key__taken__stage" in log.out + log.err
+    assert "'dag_id': 'elsewhere'" in log.out + log.err and "another job_name or job_key" in log.out + log.err
+
+    # the way out the error names: another job key (or job name) is another job
+    when = datetime(2024, 3, 2, tzinfo=timezone.utc)
+    assert dags.ct_job_key.test(logical_date=when, run_after=when, run_conf={"key": "free"}).state == "success"
+    assert sorted({r["key"] for r in sc.read_rows(str(target))}) == ["free"]
+    assert other.job.job_record() is not None, "the other naming's job is still there"
