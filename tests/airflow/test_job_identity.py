@@ -17,14 +17,23 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timezone
 
 import pytest
+from airflow.sdk import DAG, TaskGroup
+from airflow.utils.session import create_session
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_commit_provider.operators.commit import make_job_id
-from airflow_commit_provider.protocol import check_job_id
+from airflow_commit_provider.operators.stage import commit_stage
+from airflow_commit_provider.protocol import check_job_id, make_committer, read_success_marker
+
+from ..conftest import TEST_ROOT
+from ..protocol import scenario as sc
+from ..protocol.test_tree_shape import snapshot
+from .test_dag_test import dags  # noqa: F401 (the fixture: commit_test_dags, with a clean root and work dir)
 
 pytestmark = pytest.mark.airflow
 
@@ -99,10 +108,6 @@ def test_distinct_namings_get_distinct_valid_job_ids(one, other):
 
 
 def test_stages_of_one_name_in_two_task_groups_are_two_jobs():
-    from airflow.sdk import DAG, TaskGroup
-
-    from airflow_commit_provider.operators.stage import commit_stage
-
     with DAG("identity_nested", schedule=None, start_date=datetime(2024, 1, 1)):
         setups = []
         for outer in ("eu", "us"):
@@ -114,29 +119,7 @@ def test_stages_of_one_name_in_two_task_groups_are_two_jobs():
 
 
 # ------------------------------------------------------------------ end to end: two keys into one target
-@pytest.fixture
-def dags(airflow_db):
-    import importlib
-    import shutil
-    import sys
-
-    from ..conftest import DAGS_FOLDER, TEST_ROOT, TEST_WORK
-
-    if str(DAGS_FOLDER) not in sys.path:
-        sys.path.insert(0, str(DAGS_FOLDER))
-    for path in list(TEST_WORK.iterdir()) + list(TEST_ROOT.iterdir()):
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-    return importlib.import_module("commit_test_dags")
-
-
 def test_two_keys_that_read_alike_keep_their_rows_in_one_append_target(dags):
-    from collections import Counter
-
-    from airflow_commit_provider.protocol import read_success_marker
-
-    from ..conftest import TEST_ROOT
-    from ..protocol import scenario as sc
-
     keys = ["2024-01-01..2024-01-07", "2024-01-01_2024-01-07"]   # a natural key: "{{ ds }}..{{ next_ds }}"
     for day, key in enumerate(keys, start=1):
         when = datetime(2024, 2, day, tzinfo=timezone.utc)
@@ -151,15 +134,6 @@ def test_two_keys_that_read_alike_keep_their_rows_in_one_append_target(dags):
 
 
 def test_a_stage_whose_job_id_another_naming_holds_fails_at_setup_and_another_key_works(dags, capfd):
-    from airflow.utils.session import create_session
-
-    from airflow_commit_provider.operators.identity import make_job_id
-    from airflow_commit_provider.protocol import make_committer
-
-    from ..conftest import TEST_ROOT
-    from ..protocol import scenario as sc
-    from ..protocol.test_tree_shape import snapshot
-
     target = TEST_ROOT / "ct_job_key"
     taken = make_job_id("ct_job_key", "taken", "stage")
     other = make_committer(str(target), taken, algorithm=1, mode="append",
