@@ -10,7 +10,9 @@ job id, as the ids of earlier releases did for ``a__b``/``c`` and ``a``/``b__c``
   would make its commit a next generation replacing the first's rows); the target is unchanged;
 - the advice works: purging the abandoned first job (with a committer that names nothing, as the teardown's logged
   command builds it) lets the second set up and commit;
-- a record of an earlier release (no names) is accepted by a named committer, which finishes its job.
+- a record of an earlier release (no names) is accepted by a named committer, which finishes its job, and so is
+  its commit log;
+- names that are not strings are refused in the configuration, and in a record they make it corrupt.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import os
 
 import pytest
 
-from airflow_commit_provider.protocol import JobIdentityCollision, make_committer
+from airflow_commit_provider.protocol import (CommitConfig, CorruptRecord, InvalidOutputSpec, JobIdentityCollision,
+                                              make_committer)
+from airflow_commit_provider.protocol.records.job import JobRecord
 from tests.protocol.scenario import ROWS, committer, read_rows, run_task
 from tests.protocol.test_tree_shape import snapshot
 
@@ -117,3 +121,16 @@ def test_a_record_of_an_earlier_release_is_finished_by_a_named_committer(tmp_pat
     run_task(first, 1, 1, job=JOB_ID)
     manifest = committer(first, JOB_ID).commit_job(2)
     assert "names" not in manifest and tasks_of(first["root"]) == [0] * ROWS + [1] * ROWS
+    # its commit log names nothing either: the named committer's re-run is the job's next generation
+    assert committer(first, JOB_ID).setup_job().generation == 1
+
+
+def test_names_that_are_not_strings_are_refused_naming_them(tmp_path):
+    with pytest.raises(InvalidOutputSpec, match=r"names must map names to strings .*got \{'dag_id': 1\}"):
+        CommitConfig(names={"dag_id": 1})
+    first, _ = configs(tmp_path)
+    committer(first, JOB_ID).setup_job()
+    path = tmp_path / "out" / "_temporary" / JOB_ID / "_job.json"
+    doc = json.loads(path.read_text())
+    with pytest.raises(CorruptRecord, match=r"field 'names' is \{'dag_id': \['a'\]\}"):
+        JobRecord.from_json(json.dumps({**doc, "names": {"dag_id": ["a"]}}).encode(), str(path))
