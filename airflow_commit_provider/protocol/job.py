@@ -13,6 +13,7 @@ for a job and act on it.
 from __future__ import annotations
 
 import hashlib
+import shlex
 from collections.abc import Iterable, Mapping
 
 from .config import CommitConfig
@@ -73,8 +74,8 @@ class Job:
         raise JobIdentityCollision(
             f"job id {self.job_id} at {self.store.url()} belongs to another job: {where} was named by "
             f"{dict(named)}, this job is named by {ours}, and two namings must never share a job. Give this stage "
-            "another job_name or job_key; or, only if that job is abandoned and not committed, purge it first "
-            "(abort_job() of a committer of it: the command its teardown logged)")
+            "another job_name or job_key; or, only if that job is abandoned and not committed, purge it first: "
+            f"`{shlex.join(['airflow-commit', 'abort', self.store.url(), '--job', self.job_id, '--purge'])}`")
 
     def check_record_names(self, record: JobRecord) -> None:
         """:meth:`check_names` of the job's current record."""

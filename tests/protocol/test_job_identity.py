@@ -8,8 +8,8 @@ job id, as the ids of earlier releases did for ``a__b``/``c`` and ``a``/``b__c``
   records included, is byte for byte as before; the first job then commits exactly its own rows;
 - after the first job committed, the second's set-up is refused by the commit log (in ``append`` mode obeying
   would make its commit a next generation replacing the first's rows); the target is unchanged;
-- the advice works: purging the abandoned first job (with a committer that names nothing, as the teardown's logged
-  command builds it) lets the second set up and commit;
+- the advice works: the purge command the error gives, run as a process, removes the abandoned first job, and the
+  second then sets up and commits;
 - a record of an earlier release (no names) is accepted by a named committer, which finishes its job, and so is
   its commit log;
 - names that are not strings are refused in the configuration, and in a record they make it corrupt.
@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 
 import pytest
 
-from airflow_commit_provider.protocol import (CommitConfig, CorruptRecord, InvalidOutputSpec, JobIdentityCollision,
-                                              make_committer)
+from airflow_commit_provider.protocol import CommitConfig, CorruptRecord, InvalidOutputSpec, JobIdentityCollision
 from airflow_commit_provider.protocol.records.job import JobRecord
+from tests.cli.test_cli import cli
 from tests.protocol.scenario import ROWS, committer, read_rows, run_task
 from tests.protocol.test_tree_shape import snapshot
 
@@ -97,11 +99,12 @@ def test_purging_the_abandoned_job_as_advised_lets_the_second_naming_commit(tmp_
     first, second = configs(tmp_path)
     committer(first, JOB_ID).setup_job()
     run_task(first, 0, 1, job=JOB_ID)
-    with pytest.raises(JobIdentityCollision):
+    with pytest.raises(JobIdentityCollision) as exc:
         committer(second, JOB_ID).setup_job()
 
-    # the teardown's logged command: a committer of the job that names nothing
-    make_committer(first["root"], JOB_ID, algorithm=1, mode="append").abort_job()
+    command = shlex.split(re.search(r"`(airflow-commit [^`]+)`", str(exc.value)).group(1))
+    assert command[-1] == "--purge"
+    cli(*command[1:])   # run as a person runs it: a process of its own
     committer(second, JOB_ID).setup_job()
     run_task(second, 1, 1, job=JOB_ID)
     assert committer(second, JOB_ID).commit_job([1])["names"] == SECOND
