@@ -12,7 +12,8 @@ job id, as the ids of earlier releases did for ``a__b``/``c`` and ``a``/``b__c``
   second then sets up and commits;
 - a record of an earlier release (no names) is accepted by a named committer, which finishes its job, and so is
   its commit log;
-- names that are not strings are refused in the configuration, and in a record they make it corrupt.
+- names that are not strings are refused in the configuration, and in a record they make it corrupt;
+- a Delta or Iceberg job named otherwise is refused before the table's log changes (read back by its reader).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from airflow_commit_provider.protocol import CommitConfig, CorruptRecord, Invali
 from airflow_commit_provider.protocol.records.job import JobRecord
 from tests.cli.test_cli import cli
 from tests.protocol.scenario import ROWS, committer, read_rows, run_task
+from tests.protocol.tables_worker import run_job
+from tests.protocol.test_tables import base, fmt, rows  # noqa: F401 (fixtures: a Delta or an Iceberg table)
 from tests.protocol.test_tree_shape import snapshot
 
 JOB_ID = "a__b__c__n"
@@ -137,3 +140,15 @@ def test_names_that_are_not_strings_are_refused_naming_them(tmp_path):
     doc = json.loads(path.read_text())
     with pytest.raises(CorruptRecord, match=r"field 'names' is \{'dag_id': \['a'\]\}"):
         JobRecord.from_json(json.dumps({**doc, "names": {"dag_id": ["a"]}}).encode(), str(path))
+
+
+def test_a_second_naming_of_a_table_job_is_refused_before_the_table_changes(tmp_path, base):
+    first = run_job({**base, "names": FIRST})
+    assert first["names"] == FIRST and first["table"]["format"] == base["format"]
+    committed = rows(base)
+    before = snapshot(tmp_path)
+
+    with pytest.raises(JobIdentityCollision) as exc:
+        run_job({**base, "names": SECOND, "gen": 1})
+    assert_names_both(exc, "commit log")
+    assert rows(base) == committed and snapshot(tmp_path) == before, "the refused job changed the table"
