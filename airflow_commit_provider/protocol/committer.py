@@ -82,7 +82,7 @@ class FileOutputCommitter(OutputCommitter):
     :param output: output root: local path, ``memory://...``, ``s3://...`` or a :class:`Store`.
     :param job_id: stable across retries and clears of the job (one write stage of one DAG run).
     :param config: a :class:`~.config.CommitConfig`; or give its fields as keywords (``algorithm``, ``mode``,
-        ``partition_by``, ``commit_threads``, ``labels``, ``part_size``, ``durable``), validated there.
+        ``partition_by``, ``commit_threads``, ``labels``, ``part_size``, ``durable``, ``names``), validated there.
     :param table: a Delta or Iceberg table (:mod:`.tables`) whose data root is *output*: job commit then publishes
         the files into it with one table transaction (algorithm 1 only; partition columns stay in the files).
     """

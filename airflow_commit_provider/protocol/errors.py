@@ -54,6 +54,11 @@ class JobConfigMismatch(CommitProtocolError, ValueError):
     """A committer was built with a configuration that differs from the one the job was set up with."""
 
 
+class JobIdentityCollision(JobConfigMismatch):
+    """Two namings of jobs met at one job id: the job's record (or its commit log) was named by other parts than
+    this committer's (``CommitConfig(names=...)``). Raised before anything changes, naming both."""
+
+
 class CorruptRecord(CommitProtocolError, ValueError):
     """A record of the protocol (job record, task commit record, commit plan, ``_SUCCESS``) is unreadable."""
 

@@ -13,10 +13,11 @@ for a job and act on it.
 from __future__ import annotations
 
 import hashlib
+import shlex
 from collections.abc import Iterable, Mapping
 
 from .config import CommitConfig
-from .errors import InvalidOutputSpec, JobAlreadyCommitted, JobConfigMismatch, JobNotSetUp
+from .errors import InvalidOutputSpec, JobAlreadyCommitted, JobConfigMismatch, JobIdentityCollision, JobNotSetUp
 from .layout import ABORT_RECORD, TEMPORARY, TRASH, JobLayout, check_job_id
 from .modes import Mode
 from .publish import Publisher, publisher_for
@@ -63,9 +64,29 @@ class Job:
             out["table"] = self.table.identity()
         return out
 
+    def check_names(self, named: Mapping[str, str] | None, where: str) -> None:
+        """:class:`JobIdentityCollision` when *named* (what named the job's record or commit log at *where*) is
+        not what names this committer's job (``CommitConfig(names=...)``): two namings met at one job id, and
+        obeying would make one's commit replace the other's files. A side that names nothing (a record of an
+        earlier release; a caller that gives no names) is accepted."""
+        ours = self.config.names
+        if not ours or named is None or dict(named) == ours:
+            return
+        raise JobIdentityCollision(
+            f"job id {self.job_id} at {self.store.url()} belongs to another job: {where} was named by "
+            f"{dict(named)}, this job is named by {ours}, and two namings must never share a job. Give this stage "
+            "another job_name or job_key; or, only if that job is abandoned and not committed, purge it first: "
+            f"`{shlex.join(['airflow-commit', 'abort', self.store.url(), '--job', self.job_id, '--purge'])}`")
+
+    def check_record_names(self, record: JobRecord) -> None:
+        """:meth:`check_names` of the job's current record."""
+        self.check_names(record.names, f"its job record {self.store.url(self.layout.job_record)}")
+
     def check_config(self, record: JobRecord) -> None:
-        """:class:`JobConfigMismatch` when *record* was set up with another configuration; the table first, by
-        name (a job set up as files and committed into a table, or into another table, or the other way)."""
+        """:class:`JobIdentityCollision` when *record* was named by another job (:meth:`check_names`), then
+        :class:`JobConfigMismatch` when it was set up with another configuration; the table first, by name (a
+        job set up as files and committed into a table, or into another table, or the other way)."""
+        self.check_record_names(record)
         ours = self.identity()
         if record.table != ours.get("table"):
             raise JobConfigMismatch(

@@ -109,6 +109,8 @@ def create_job_record(scope: Job, replace_files: list[str], replace_first: bool)
     replaces = None
     generation, first_app = 0, 0
     if log is not None:
+        scope.check_names(log.names, f"the commit log {scope.store.url(scope.layout.commit_log)} of its generation "
+                                     f"{log.generation}")
         generation, first_app = log.generation + 1, log.app_attempt + 1
         replaces = Replaces(log.job_uuid, log.generation, tuple(f["path"] for f in log.files))
     scope.remove_stale_abort_records()
@@ -122,7 +124,7 @@ def create_job_record(scope: Job, replace_files: list[str], replace_first: bool)
     record = JobRecord(identity["committer"], identity["algorithm"], scope.mode.name, scope.config.partition_by,
                        scope.job_id, str(uuid.uuid4()), generation, first_app, records.now_iso(),
                        scope.config.labels, replaces, tuple(replace_files), replace_first, inputs,
-                       identity.get("table"))
+                       identity.get("table"), scope.config.names or None)
     scope.store.create_exclusive(scope.layout.job_record, record.to_json())
     job = scope.job_record()
     if job is None:  # pragma: no cover - created just above, or by a concurrent setup

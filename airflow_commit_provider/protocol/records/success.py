@@ -55,12 +55,16 @@ class SuccessManifest:
     #: a table target's transaction (:mod:`..tables`): format, table, Delta ``version`` or Iceberg
     #: ``snapshot_id``, files added and removed; ``None`` (and absent on disk) for a directory of files
     table: dict[str, Any] | None = None
+    #: what named the job (its job record's ``names``), so that the commit log tells a later set-up of this job id
+    #: whether it is the same job; ``None`` (and absent on disk) when the job was named by nothing
+    names: dict[str, str] | None = None
 
     def to_doc(self) -> dict[str, Any]:
         """The manifest as the JSON object it is on disk (without ``format``, ``version`` and ``retained``)."""
         doc = asdict(self)
-        if doc["table"] is None:
-            del doc["table"]   # a directory's _SUCCESS is what it was before tables existed
+        for optional in ("table", "names"):
+            if doc[optional] is None:
+                del doc[optional]   # a _SUCCESS without them is what it was before they existed
         return doc
 
     def with_costs(self, durations: Mapping[str, float], **diagnostics: Any) -> SuccessManifest:
