@@ -16,7 +16,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from airflow_commit_provider.protocol import faults, make_committer, read_success_marker, run_task_attempt
+from airflow_commit_provider.protocol import (
+    InvalidOutputSpec,
+    faults,
+    make_committer,
+    read_success_marker,
+    run_task_attempt,
+)
 from airflow_commit_provider.protocol.faults import InjectedFault
 from airflow_commit_provider.triggers.committed_output import CommittedOutputTrigger
 
@@ -61,6 +67,17 @@ class Watcher:
         self.loop.run_until_complete(self.events.aclose())
         self.loop.run_until_complete(self.loop.shutdown_default_executor())
         self.loop.close()
+
+
+def fired_between_polls(w: Watcher, root: str, *batches: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The events of the jobs of each batch, committed (in the batch's order) while the watcher waits for its next
+    poll: as many events as commits, or the test fails."""
+    fired = []
+    for jobs in batches:
+        for job in jobs:
+            write_job(root, job)
+        fired += [w.next() for _ in jobs]
+    return fired
 
 
 @pytest.fixture
@@ -115,11 +132,7 @@ def test_two_jobs_committed_between_two_polls_fire_twice_in_order(tmp_path, watc
     """A backfill: jobs b and c commit into one target while the watcher waits for its next poll."""
     root = str(tmp_path / "events")
     w = watch(CommittedOutputTrigger(target=root, poke_interval=0))
-    write_job(root, "job-a")
-    a = w.next()
-    write_job(root, "job-c")
-    write_job(root, "job-b")
-    c, b = w.next(), w.next()
+    a, c, b = fired_between_polls(w, root, ("job-a",), ("job-c", "job-b"))
     assert [e["job_id"] for e in (a, c, b)] == ["job-a", "job-c", "job-b"], "in commit order, not by name"
     assert len({e["commit_id"] for e in (a, b, c)}) == 3 and c["finished"] < b["finished"]
     assert c["totals"]["rows"] == 6 and len(c["files"]) == 2, "c's manifest, from its commit log"
@@ -133,12 +146,8 @@ def test_each_generation_of_a_cleared_job_fires(tmp_path, watch):
     """A clear after success makes a new generation of the same job, a second commit: two re-runs between two
     polls fire twice; the first of them was replaced by the second, so only its summary is left."""
     root = str(tmp_path / "events")
-    w = watch(CommittedOutputTrigger(target=root, poke_interval=0))
-    write_job(root, "job-a")
-    gen0 = w.next()
-    write_job(root, "job-a")
-    write_job(root, "job-a")
-    gen1, gen2 = w.next(), w.next()
+    gen0, gen1, gen2 = fired_between_polls(watch(CommittedOutputTrigger(target=root, poke_interval=0)), root,
+                                           ("job-a",), ("job-a", "job-a"))
     assert [e["generation"] for e in (gen0, gen1, gen2)] == [0, 1, 2]
     assert len({e["commit_id"] for e in (gen0, gen1, gen2)}) == 3
     assert gen1["totals"]["rows"] == 6 and gen1["files"] == [] and gen1["files_truncated"] is True
@@ -212,6 +221,44 @@ def test_a_restarted_trigger_loses_no_commit(tmp_path, watch, how):
     assert [w2.next()["job_id"], w2.next()["job_id"]] == ["job-b", "job-c"]
 
 
+def test_a_watcher_of_an_earlier_release_goes_on_from_the_commit_it_fired_last(tmp_path, watch):
+    """Releases before the cursor kept the uuid fired last in the asset state store: a watcher that finds only that
+    starts after that commit, not at the newest."""
+    root = str(tmp_path / "events")
+    write_job(root, "job-a")
+    store = DictStateStore()
+    store.values["commit_last_fired_job_uuid"] = read_success_marker(root)["job_uuid"]
+    write_job(root, "job-b")
+    write_job(root, "job-c")
+    trigger = CommittedOutputTrigger(target=root, poke_interval=0)
+    trigger.asset_state_store = store
+    w = watch(trigger)
+    assert [w.next()["job_id"], w.next()["job_id"]] == ["job-b", "job-c"]
+
+
+def test_a_cursor_that_is_not_one_is_refused_with_the_way_out(tmp_path, watch):
+    with pytest.raises(InvalidOutputSpec, match="pass the cursor serialize\\(\\) returned, or none"):
+        CommittedOutputTrigger(target=str(tmp_path), cursor={"seen": ["job-a"]})
+    write_job(str(tmp_path), "job-a")
+    assert watch(CommittedOutputTrigger(target=str(tmp_path), poke_interval=0)).next()["job_id"] == "job-a"
+
+
+def test_verify_files_holds_events_while_the_marker_does_not_match(tmp_path, watch):
+    """With *verify_files* a commit whose marker does not match the visible files does not fire; the next commit
+    writes a true marker, and both fire then, in order."""
+    root = str(tmp_path / "events")
+    w = watch(CommittedOutputTrigger(target=root, poke_interval=0, verify_files=True))
+    write_job(root, "job-a")
+    assert w.next()["job_id"] == "job-a"
+    write_job(root, "job-b")
+    stray = tmp_path / "events" / "stray.parquet"
+    stray.write_bytes(b"not listed")
+    assert w.pending() == [], "the marker does not list stray.parquet: no event"
+    stray.unlink()
+    write_job(root, "job-c")
+    assert [w.next()["job_id"], w.next()["job_id"]] == ["job-b", "job-c"]
+
+
 def test_without_a_cursor_a_restart_fires_the_newest_commit_again(tmp_path, watch):
     """Airflow before 3.3 (no asset state store) re-creates a watcher's trigger from its DAG kwargs: it starts as a
     new watcher, and the newest commit fires again, with the same commit id (at least once: consumers dedupe)."""
@@ -238,6 +285,31 @@ def test_a_partition_watcher_fires_for_each_commit_into_it(tmp_path, watch):
     assert [again["job_id"], third["job_id"]] == ["day1-again", "day1-third"]
     assert again["files_truncated"] is False and again["totals"]["files"] == 2
     assert third == {**third, "partition": "day=1", "retained_files": 0}, "day 1's own marker, replaced wholly"
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_table_watcher_fires_once_per_table_transaction(tmp_path, watch, fmt):
+    """A Delta or Iceberg target: two jobs' transactions between two polls fire twice, each event naming its own
+    table version, which the table's own reader lists."""
+    pytest.importorskip({"delta": "deltalake", "iceberg": "pyiceberg"}[fmt])
+    from ..protocol.tables_worker import committer_for, run_job
+    from ..protocol.test_tables import delta_table, iceberg_table, table_id
+
+    where = {"location": str(tmp_path / "events")} if fmt == "delta" else \
+        {"location": str(tmp_path / "warehouse"), "table_name": "ns.events"}
+    cfg = {"format": fmt, **where, "job_id": "events-1", "mode": "append", "partition_by": ["day"], "tasks": 2}
+    w = watch(CommittedOutputTrigger(target=committer_for(cfg).store.url(), poke_interval=0))
+    run_job(cfg)
+    first = w.next()
+    run_job({**cfg, "job_id": "events-2"})
+    run_job({**cfg, "job_id": "events-3"})
+    events = [first, w.next(), w.next()]
+    assert [e["job_id"] for e in events] == ["events-1", "events-2", "events-3"]
+    ids = [table_id(e["table"]) for e in events]
+    if fmt == "delta":
+        assert ids == [0, 1, 2] and delta_table(cfg).version() == 2
+    else:
+        assert ids == [s.snapshot_id for s in iceberg_table(cfg).snapshots()]
 
 
 def test_an_asset_watcher_takes_it():

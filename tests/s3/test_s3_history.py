@@ -4,17 +4,10 @@ a listing's ETags say which commit logs changed, so an unchanged log is not fetc
 
 from __future__ import annotations
 
-import pyarrow as pa
-
-from airflow_commit_provider.protocol import make_committer, run_task_attempt, store_for
+from airflow_commit_provider.protocol import store_for
 from airflow_commit_provider.protocol.history import Cursor, HistoryReader
 
-
-def commit(root: str, job: str) -> None:
-    c = make_committer(root, job, mode="append")
-    c.setup_job()
-    run_task_attempt(c, 0, 1, lambda w: w.write(pa.table({"x": [1, 2]})))
-    c.commit_job(1)
+from ..protocol.test_history import commit
 
 
 def test_s3_history_reads_only_changed_logs(bucket):
