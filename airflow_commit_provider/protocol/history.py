@@ -17,13 +17,14 @@ section 10): every commit is seen once, in order, whatever the polling interval.
   deleted and which commits again from generation 0 is new.
 
 A generation its job's next one replaced before it was read has only its summary left (its files were replaced by
-the next generation's, as a re-run replaces its own output): :attr:`Commit.manifest` is ``None`` then.
+the next generation's, as a re-run replaces its own output): :attr:`Commit.replaced_by` names the replacing one,
+and there is no manifest to load.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import records
@@ -49,9 +50,9 @@ class Commit:
     #: what the commit log's history keeps of it: job uuid, generation, application attempt, finished, totals
     #: (and, from this release on, partitions)
     summary: Mapping[str, Any]
-    #: the whole manifest while the generation is its job's current one; ``None`` once the next replaced it
+    #: the whole manifest, once :meth:`HistoryReader.loaded` read it (only a job's current generation has one)
     manifest: Mapping[str, Any] | None = None
-    #: the job uuid of the generation that replaced this one (its files with it), if any
+    #: the job uuid of the generation that replaced this one (its files with it): its manifest is gone
     replaced_by: str | None = None
 
     @property
@@ -72,9 +73,9 @@ class Commit:
         return parts is None or any(p == partition or p.startswith(partition + "/") for p in parts)
 
     def view(self, partition: str = "") -> dict[str, Any]:
-        """The commit as a reader of *partition* sees it: the manifest (or, replaced, the summary with an empty
-        file list, ``files_truncated``) with ``commit_id``; under a partition only its files and their totals, as
-        the partition's ``_SUCCESS`` lists them."""
+        """The commit as a reader of *partition* sees it: the manifest (or, without one, the summary with an empty
+        file list, ``files_truncated``, and ``replaced_by``) with ``commit_id``; under a partition only its files
+        and their totals, as the partition's ``_SUCCESS`` lists them."""
         if self.manifest is None:
             out: dict[str, Any] = {"job_id": self.job_id, **self.summary, "files": [],
                                    "files_truncated": bool((self.summary.get("totals") or {}).get("files")),
@@ -149,11 +150,15 @@ class History:
 class HistoryReader:
     """Reads a target's commit logs, each again only when the listing says it changed (an object store's ETag:
     one listing per read, and one GET per changed log; a local disk's listing gives no digest, so its logs are
-    read every time, which costs microseconds there). Whether a generation finished is asked until it has."""
+    read every time, which costs well under a millisecond each there). Whether a generation finished is asked
+    until it has. What it keeps of a log is its summaries, never the manifest with its file list: a target with
+    thousands of jobs costs a triggerer kilobytes per job, and :meth:`loaded` reads the manifest of a commit to
+    emit."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._parsed: dict[str, tuple[str, CommitLog]] = {}
+        #: per job, the listing's digest of its log and the commits read from it then (earlier ones, current one)
+        self._cache: dict[str, tuple[str, tuple[list[Commit], Commit]]] = {}
         #: per job, the generation last found finished (finished stays finished: not asked again)
         self._done: dict[str, str] = {}
 
@@ -164,31 +169,49 @@ class HistoryReader:
         marker: list[str | None] = []   # the root marker's job uuid, read at most once, when needed
         for job in commit_log_jobs(listing):
             try:
-                log = self._log(job, listing[f"{job}.json"])
-                if log is not None:
-                    jobs[job] = self._commits(job, log, marker)
+                entry = self._entry(job, listing[f"{job}.json"])
+                if entry is not None:
+                    earlier, current = entry
+                    jobs[job] = earlier + ([current] if self._is_done(job, current.commit_id, marker) else [])
             except CorruptRecord as exc:
                 unreadable[job] = str(exc)
         return History(jobs, unreadable)
 
-    def _log(self, job: str, digest: str | None) -> CommitLog | None:
-        cached = self._parsed.get(job)
+    def loaded(self, commit: Commit) -> Commit:
+        """*commit* with its manifest, read now, while it is its job's current generation; replaced meanwhile (or
+        its log unreadable), the summary it has, with what replaced it."""
+        if commit.manifest is not None or commit.replaced_by is not None:
+            return commit
+        try:
+            log = CommitLog.read(self.store, JobLayout(commit.job_id).commit_log)
+        except CorruptRecord:
+            return commit
+        if log is None:
+            return commit
+        if log.job_uuid == commit.commit_id:
+            return replace(commit, manifest=log.manifest)
+        ids = [h.get("job_uuid") for h in log.history] + [log.job_uuid]
+        return replace(commit, replaced_by=ids[ids.index(commit.commit_id) + 1] if commit.commit_id in ids else None)
+
+    def _entry(self, job: str, digest: str | None) -> tuple[list[Commit], Commit] | None:
+        cached = self._cache.get(job)
         if digest is not None and cached is not None and cached[0] == digest:
             return cached[1]
         log = CommitLog.read(self.store, f"{COMMITS}/{job}.json")
-        if log is not None and digest is not None:
-            self._parsed[job] = (digest, log)
-        return log
-
-    def _commits(self, job: str, log: CommitLog, marker: list[str | None]) -> list[Commit]:
+        if log is None:
+            return None
         where = self.store.url(JobLayout(job).commit_log)
         summaries = [_summary(h, where) for h in log.history]
         ids = [s["job_uuid"] for s in summaries] + [log.job_uuid]
-        commits = [Commit(job, s, None, ids[i + 1]) for i, s in enumerate(summaries)]
-        if self._done.get(job) == log.job_uuid or self._finished(job, log.job_uuid, marker):
-            self._done[job] = log.job_uuid
-            commits.append(Commit(job, log.summary(), log.manifest))
-        return commits
+        entry = ([Commit(job, s, None, ids[i + 1]) for i, s in enumerate(summaries)], Commit(job, log.summary()))
+        if digest is not None:
+            self._cache[job] = (digest, entry)
+        return entry
+
+    def _is_done(self, job: str, job_uuid: str, marker: list[str | None]) -> bool:
+        if self._done.get(job) != job_uuid and self._finished(job, job_uuid, marker):
+            self._done[job] = job_uuid
+        return self._done.get(job) == job_uuid
 
     def _finished(self, job: str, job_uuid: str, marker: list[str | None]) -> bool:
         """Whether the generation *job_uuid*, its job's current one, finished its commit: its job record is gone or

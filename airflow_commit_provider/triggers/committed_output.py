@@ -41,7 +41,7 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from ..hooks.storage import CommitStorageHook
 from ..operators.summary import MAX_FILES
-from ..protocol import CorruptRecord, InvalidOutputSpec, MarkerChanging, read_success_marker
+from ..protocol import CorruptRecord, InvalidOutputSpec, MarkerChanging, Store, read_success_marker
 from ..protocol.history import Commit, Cursor, HistoryReader
 from ..protocol.layout import COMMITS
 from ..protocol.paths import split_partition_suffix
@@ -92,6 +92,7 @@ class CommittedOutputTrigger(BaseEventTrigger):
         root, self.partition = split_partition_suffix(target)
         self._roots = [target, root] if self.partition else [target]
         self._reader: HistoryReader | None = None
+        self._target_store: Store | None = None
         self._state_read = False
         #: the uuid a release before the cursor fired last, read from the asset state store (:meth:`_restore`)
         self._legacy: str | None = None
@@ -139,9 +140,11 @@ class CommittedOutputTrigger(BaseEventTrigger):
         for c in new:
             event = None
             if c.touches(self.partition):
-                current = isinstance(marker, dict) and marker["job_uuid"] == c.commit_id
-                payload = {**event_manifest(marker if current else c.view(self.partition)),  # type: ignore[arg-type]
-                           "commit_id": c.commit_id}
+                if isinstance(marker, dict) and marker["job_uuid"] == c.commit_id:
+                    manifest = marker
+                else:
+                    manifest = (await asyncio.to_thread(reader.loaded, c)).view(self.partition)
+                payload = {**event_manifest(manifest), "commit_id": c.commit_id}
                 event = TriggerEvent(payload)
                 self.log.info("commit into %s: job %s (commit id %s, generation %s), %s files, %s rows", self.target,
                               c.job_id, c.commit_id, payload["generation"], payload["totals"]["files"],
@@ -170,9 +173,10 @@ class CommittedOutputTrigger(BaseEventTrigger):
     def _marker(self) -> dict[str, Any] | None | object:
         """The target's ``_SUCCESS`` manifest (checked against the files with *verify_files*), ``None`` when there is
         none to use, :data:`HOLD` when *verify_files* must wait for it."""
+        if self._target_store is None:
+            self._target_store = CommitStorageHook(self.conn_id).get_store(self.target)
         try:
-            return read_success_marker(CommitStorageHook(self.conn_id).get_store(self.target),
-                                       verify_files=self.verify_files)
+            return read_success_marker(self._target_store, verify_files=self.verify_files)
         except FileNotFoundError:   # absent (no marker in this mode, or withdrawn): nothing to check against
             return None
         except MarkerChanging as exc:

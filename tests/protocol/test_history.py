@@ -25,6 +25,8 @@ def test_a_recreated_commit_log_is_new(tmp_path):
     commit(root, "job-a")
     reader = HistoryReader(store_for(root))
     history = reader.read()
+    assert [c.manifest for c in history.jobs["job-a"]] == [None], "summaries only: a manifest is read to emit"
+    assert reader.loaded(history.jobs["job-a"][0]).manifest["totals"]["rows"] == 2
     cursor = history.baseline(upto=history.jobs["job-a"][0].commit_id)
     (tmp_path / "t" / "_commits" / "job-a.json").unlink()
     assert reader.read().since(cursor) == ([], Cursor({})), "a log that vanished leaves the cursor"
