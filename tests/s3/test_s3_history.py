@@ -30,3 +30,27 @@ def test_s3_history_reads_only_changed_logs(bucket):
     commit(root, "job-a")   # job a's next generation rewrites its log
     new, _ = reader.read().since(Cursor().after(first.jobs["job-a"][0]).after(first.jobs["job-b"][0]))
     assert [(c.job_id, c.summary["generation"]) for c in new] == [("job-a", 1)]
+
+
+def test_s3_watcher_through_a_connection_fires_every_commit(bucket):
+    """The trigger on S3 through the Airflow connection: two jobs committed between two polls fire twice, in
+    order; a trigger re-created from ``serialize()`` fires only what came after."""
+    from airflow_commit_provider.triggers.committed_output import CommittedOutputTrigger
+
+    from ..airflow.test_committed_output_trigger import Watcher, fired_between_polls
+
+    root = f"s3://{bucket}/events"
+    trigger = CommittedOutputTrigger(target=root, conn_id="commit_s3", poke_interval=0)
+    w = Watcher(trigger)
+    try:
+        events = fired_between_polls(w, root, ("job-a",), ("job-c", "job-b"))
+        kwargs = trigger.serialize()[1]
+    finally:
+        w.close()
+    assert [e["job_id"] for e in events] == ["job-a", "job-c", "job-b"]
+    commit(root, "job-d")
+    w = Watcher(CommittedOutputTrigger(**kwargs))
+    try:
+        assert w.next()["job_id"] == "job-d"
+    finally:
+        w.close()
