@@ -23,7 +23,9 @@ a generation the job's next one replaced before it was read has only its summary
 A new watcher fires for the newest commit there (it is new to the watcher, as a file already there fires Airflow's
 own file triggers), then for every later one. What it emitted, its cursor, is kept in the watched asset's state
 store where the triggerer provides one (Airflow 3.3+, one asset per watcher) and in :meth:`serialize`: a trigger
-re-created from either misses no commit made while it was down. It is saved after the triggerer took the event,
+re-created from either misses no commit made while it was down. (Airflow itself never serializes a running
+watcher's trigger again: after a triggerer restart the state store is what remembers; a trigger shared by several
+assets gets no state store, as on Airflow before 3.3.) It is saved after the triggerer took the event,
 so a triggerer killed in between fires that commit again after its restart: at least once, with the commit id to
 dedupe on (exactly once would need the event and the cursor in one transaction, which a trigger does not get).
 Without a state store (Airflow 3.1, 3.2) a watcher's trigger is re-created from its DAG-file arguments, which
@@ -107,7 +109,8 @@ class CommittedOutputTrigger(BaseEventTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:
             for commit, event in await self.poll():
-                self.cursor = self._advanced(commit)
+                assert self.cursor is not None   # set by the poll that returned *commit*
+                self.cursor = self.cursor.after(commit)
                 if event is not None:
                     try:
                         yield event
@@ -117,7 +120,8 @@ class CommittedOutputTrigger(BaseEventTrigger):
 
     async def poll(self) -> list[tuple[Commit, TriggerEvent | None]]:
         """One read of the commit history: the commits not emitted yet, in commit order, each with its event
-        (``None`` for a commit that wrote nothing under a watched partition). Reads only: :meth:`run` emits."""
+        (``None`` for a commit that wrote nothing under a watched partition). It changes nothing in storage and
+        advances no cursor over a commit: :meth:`run` does, as it emits."""
         if not self._state_read:
             await self._restore()
         reader = await asyncio.to_thread(self._history_reader)
@@ -151,10 +155,6 @@ class CommittedOutputTrigger(BaseEventTrigger):
                               payload["totals"]["rows"])
             out.append((c, event))
         return out
-
-    def _advanced(self, commit: Commit) -> Cursor:
-        assert self.cursor is not None   # set by the poll that returned *commit*
-        return self.cursor.after(commit)
 
     def _history_reader(self) -> HistoryReader | None:
         """The reader of the target's commit logs: the target's own, else (a partition directory) the root's above
