@@ -28,10 +28,10 @@ from airflow_commit_provider.triggers.committed_output import CommittedOutputTri
 
 
 def write_job(root: str, job_id: str, *, mode: str = "append", tasks: int = 2, commit: bool = True,
-              days: tuple[str, ...] = ()) -> Any:
+              days: tuple[str, ...] = (), algorithm: int | str = 1) -> Any:
     """One job of *tasks* tasks (3 rows each, per day of *days*: partitioned by ``day``) set up and written;
     committed unless *commit* is false."""
-    committer = make_committer(root, job_id, mode=mode, partition_by=["day"] if days else None)
+    committer = make_committer(root, job_id, mode=mode, partition_by=["day"] if days else None, algorithm=algorithm)
     committer.setup_job()
     for task in range(tasks):
         data = {"task": [task] * 3 * max(1, len(days)), "row": [0, 1, 2] * max(1, len(days))}
@@ -69,13 +69,13 @@ class Watcher:
         self.loop.close()
 
 
-def fired_between_polls(w: Watcher, root: str, *batches: tuple[str, ...]) -> list[dict[str, Any]]:
-    """The events of the jobs of each batch, committed (in the batch's order) while the watcher waits for its next
-    poll: as many events as commits, or the test fails."""
+def fired_between_polls(w: Watcher, root: str, *batches: tuple[str, ...], **job: Any) -> list[dict[str, Any]]:
+    """The events of the jobs of each batch, committed (in the batch's order, with :func:`write_job`'s arguments
+    *job*) while the watcher waits for its next poll: as many events as commits, or the test fails."""
     fired = []
     for jobs in batches:
-        for job in jobs:
-            write_job(root, job)
+        for job_id in jobs:
+            write_job(root, job_id, **job)
         fired += [w.next() for _ in jobs]
     return fired
 
@@ -128,11 +128,13 @@ def test_one_event_per_commit_with_its_manifest(tmp_path, watch):
     assert third["replaced_generation"] == second["job_uuid"]
 
 
-def test_two_jobs_committed_between_two_polls_fire_twice_in_order(tmp_path, watch):
-    """A backfill: jobs b and c commit into one target while the watcher waits for its next poll."""
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_two_jobs_committed_between_two_polls_fire_twice_in_order(tmp_path, watch, algorithm):
+    """A backfill: jobs b and c commit into one target while the watcher waits for its next poll. With v2 too:
+    its files are visible from their task commits on, but the commit is the job commit."""
     root = str(tmp_path / "events")
     w = watch(CommittedOutputTrigger(target=root, poke_interval=0))
-    a, c, b = fired_between_polls(w, root, ("job-a",), ("job-c", "job-b"))
+    a, c, b = fired_between_polls(w, root, ("job-a",), ("job-c", "job-b"), algorithm=algorithm)
     assert [e["job_id"] for e in (a, c, b)] == ["job-a", "job-c", "job-b"], "in commit order, not by name"
     assert len({e["commit_id"] for e in (a, b, c)}) == 3 and c["finished"] < b["finished"]
     assert c["totals"]["rows"] == 6 and len(c["files"]) == 2, "c's manifest, from its commit log"

@@ -4,6 +4,8 @@ a listing's ETags say which commit logs changed, so an unchanged log is not fetc
 
 from __future__ import annotations
 
+import pytest
+
 from airflow_commit_provider.protocol import store_for
 from airflow_commit_provider.protocol.history import Cursor, HistoryReader
 
@@ -32,9 +34,11 @@ def test_s3_history_reads_only_changed_logs(bucket):
     assert [(c.job_id, c.summary["generation"]) for c in new] == [("job-a", 1)]
 
 
-def test_s3_watcher_through_a_connection_fires_every_commit(bucket):
+@pytest.mark.parametrize("algorithm", [1, "magic"])
+def test_s3_watcher_through_a_connection_fires_every_commit(bucket, algorithm):
     """The trigger on S3 through the Airflow connection: two jobs committed between two polls fire twice, in
-    order; a trigger re-created from ``serialize()`` fires only what came after."""
+    order (v1, which copies, and magic, which completes uploads); a trigger re-created from ``serialize()``
+    fires only what came after."""
     from airflow_commit_provider.triggers.committed_output import CommittedOutputTrigger
 
     from ..airflow.test_committed_output_trigger import Watcher, fired_between_polls
@@ -43,7 +47,7 @@ def test_s3_watcher_through_a_connection_fires_every_commit(bucket):
     trigger = CommittedOutputTrigger(target=root, conn_id="commit_s3", poke_interval=0)
     w = Watcher(trigger)
     try:
-        events = fired_between_polls(w, root, ("job-a",), ("job-c", "job-b"))
+        events = fired_between_polls(w, root, ("job-a",), ("job-c", "job-b"), algorithm=algorithm)
         kwargs = trigger.serialize()[1]
     finally:
         w.close()
