@@ -75,7 +75,8 @@ class Commit:
     def view(self, partition: str = "") -> dict[str, Any]:
         """The commit as a reader of *partition* sees it: the manifest (or, without one, the summary with an empty
         file list, ``files_truncated``, and ``replaced_by``) with ``commit_id``; under a partition only its files
-        and their totals, as the partition's ``_SUCCESS`` lists them."""
+        and their totals, as the partition's ``_SUCCESS`` lists them (a summary's totals are the whole commit's:
+        it does not split them by partition)."""
         if self.manifest is None:
             out: dict[str, Any] = {"job_id": self.job_id, **self.summary, "files": [],
                                    "files_truncated": bool((self.summary.get("totals") or {}).get("files")),
@@ -84,10 +85,10 @@ class Commit:
             out = dict(self.manifest)
             if partition:
                 files = [f for f in out["files"] if f["path"].startswith(partition + "/")]
-                out.update(files=files, totals=partition_totals(files), partitions=[
-                    p for p in out.get("partitions", []) if p == partition or p.startswith(partition + "/")])
+                out.update(files=files, totals=partition_totals(files))
         if partition:
-            out["partition"] = partition
+            out.update(partition=partition, partitions=[p for p in out.get("partitions") or []
+                                                        if p == partition or p.startswith(partition + "/")])
         return {**out, "commit_id": self.commit_id}
 
 
