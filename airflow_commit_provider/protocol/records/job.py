@@ -295,8 +295,10 @@ class CommitLog:
         return self.manifest.get("names")
 
     def summary(self) -> dict[str, Any]:
-        """This generation as the next one's history holds it."""
-        return {k: self.manifest.get(k) for k in ("job_uuid", "generation", "app_attempt", "finished", "totals")}
+        """This generation as the next one's history holds it: with its partitions, so that a watcher of one
+        partition can tell whether a generation it never saw as current touched it (:mod:`..history`)."""
+        return {k: self.manifest.get(k) for k in ("job_uuid", "generation", "app_attempt", "finished", "totals",
+                                                  "partitions")}
 
     def followed_by(self, manifest: Mapping[str, Any]) -> CommitLog:
         """The log after committing *manifest*: a new generation adds this one to the history; a resumed commit

@@ -126,6 +126,12 @@ def write_markers(store: Store, manifest: SuccessManifest, *, partitions: Iterab
     return len(retained)
 
 
+def partition_totals(files: list[dict[str, Any]]) -> dict[str, int]:
+    """The totals of one partition's files, as its ``_SUCCESS`` states them (and a watcher of it reports them)."""
+    return {"files": len(files), "bytes": sum(f["size"] for f in files), "rows": sum(f["rows"] or 0 for f in files),
+            "tasks": len({f["task"] for f in files}), "partitions": 1}
+
+
 def _write_partition_markers(store: Store, manifest: Mapping[str, Any], file_list: list[dict[str, Any]],
                              visible: Mapping[str, int], partitions: set[str]) -> None:
     """The ``_SUCCESS`` of each of *partitions*, durable together before the root's (one fsync per partition
@@ -141,9 +147,7 @@ def _write_partition_markers(store: Store, manifest: Mapping[str, Any], file_lis
         for part, files in sorted(under.items()):
             kept = [{"path": p, "size": size} for p, size in sorted(visible.items()) if p.startswith(part + "/")]
             doc = {**manifest, "partition": part, "files": files, "partitions": [part], "retained": kept,
-                   "totals": {"files": len(files), "bytes": sum(f["size"] for f in files),
-                              "rows": sum(f["rows"] or 0 for f in files), "tasks": len({f["task"] for f in files}),
-                              "partitions": 1}}
+                   "totals": partition_totals(files)}
             store.write_bytes(f"{part}/{SUCCESS}", records.dumps("success", doc))
 
 
