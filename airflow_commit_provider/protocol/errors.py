@@ -96,9 +96,10 @@ class InputsClaimed(CommitProtocolError):
 
 
 class OwnedByTable(InvalidOutputSpec):
-    """Maintenance (compaction, deduplication) refused a target that is, lies inside, or holds a Delta or Iceberg
-    table: the table's log names its files, so only the table's own transactions may delete or merge them. Raised
-    before anything is written; the message names the table's own way to do it."""
+    """Maintenance (compaction, deduplication), or the setup of a job that publishes files and not into a table,
+    refused a target that is, lies inside, or holds a Delta or Iceberg table: the table's log names its files, so
+    only the table's own transactions may add, delete or merge them. Raised before anything is written; the message
+    names the table's own way to do it (for a file job: ``table_format``, or a target outside the table)."""
 
     def __init__(self, message: str, *, table_format: str, location: str, name: str) -> None:
         super().__init__(message)

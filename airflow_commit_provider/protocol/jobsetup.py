@@ -18,6 +18,7 @@ from .layout import COMMITS
 from .paths import check_relative
 from .records.inputs import record_inputs
 from .records.job import JobRecord, Replaces
+from .tables.ownership import refuse_file_job
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +98,13 @@ def context(scope: Job, job: JobRecord, app: int, state: str) -> JobContext:
 
 def check_target(scope: Job) -> None:
     """The output root is a directory (or absent), and ``_temporary`` and ``_commits`` below it are no link and on
-    the same volume: found here, not at a rename half way through the commit."""
+    the same volume: found here, not at a rename half way through the commit. A job of files (no table) refuses a
+    root that is, lies inside or holds a table (:func:`~.tables.ownership.refuse_file_job`): in every mode its
+    commit would delete files the table's log names or add files it does not; a table job's root is its table."""
     if scope.store.exists("") and not scope.store.isdir(""):
         raise InvalidOutputSpec(f"output root {scope.store.url()} is a file, not a directory")
+    if scope.table is None:
+        refuse_file_job(scope.store, scope.mode.name)
     scope.store.check_tree([scope.layout.job_dir, COMMITS])
 
 

@@ -70,6 +70,8 @@ for _mode in ("error", "append", "overwrite", "dynamic"):
         globals()[f"ct_{_mode}_v{_alg}"] = stage_dag(f"ct_{_mode}_v{_alg}", mode=_mode, algorithm=_alg)
 
 ct_empty = stage_dag("ct_empty", tasks=0)
+# a plain file stage (no table_format) whose target the test makes a Delta table: its setup refuses, no retry
+ct_table_filejob = stage_dag("ct_table_filejob", mode="overwrite")
 
 
 def produce_for_key(task: int, dag_run) -> pa.Table:
