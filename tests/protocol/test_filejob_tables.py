@@ -12,6 +12,7 @@ does not know (invisible to the table's readers, counted by every reader of the 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -152,3 +153,22 @@ def test_a_file_job_beside_a_table_is_not_refused(delta, tmp_path):  # noqa: F81
     assert run_task_attempt(c, 0, 1, lambda w: w.write(task_rows(0, 4, 0))).status == "committed"
     assert c.commit_job(1)["totals"]["rows"] == 4
     assert os.path.exists(f"{target}/_SUCCESS") and rows(delta) == both_generations()
+
+
+@pytest.mark.parametrize("table_format", ["delta", "iceberg"])
+def test_an_append_beside_tables_is_not_refused_and_leaves_them_as_they_were(delta, iceberg, tmp_path,  # noqa: F811
+                                                                           table_format):
+    """An append into a directory that holds a table (a warehouse, a parent) adds files beside it, never in it:
+    allowed, and the table reads back as before; an overwrite there is refused (its commit would delete it)."""
+    import pyarrow as pa
+
+    from airflow_commit_provider.protocol import run_task_attempt
+
+    cfg = {"delta": delta, "iceberg": iceberg}[table_format]
+    parent = str(Path(cfg["location"] if table_format == "delta" else iceberg_location(cfg)).parent)
+    job = file_job(parent, "append", job_id="beside")
+    job.setup_job()
+    run_task_attempt(job, 0, 1, lambda w: w.write(pa.table({"id": [1], "day": [0]})))
+    job.commit_job(1)
+    assert rows(cfg) == both_generations()
+    assert_setup_refused(parent, "overwrite", table_format, str(tmp_path))

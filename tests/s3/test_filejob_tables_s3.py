@@ -33,10 +33,12 @@ def test_a_file_job_into_a_table_on_s3_is_refused_at_setup(base, bucket, s3fs_fs
 
 
 def test_the_setup_check_costs_the_same_however_many_jobs_wrote_the_target(bucket, s3fs_fs):
-    """A plain target of 1,000 Parquet files and the commit logs of 100 earlier jobs (copies of one real job's):
-    the check reads two listings per level from the target up to the bucket, one listing per 1,000 keys below
-    it, and one commit log. Reading every commit log, as maintenance does, would cost one request per job ever
-    committed there: a daily job one more each day (measured here: 100 GetObject)."""
+    """A plain target of 2,000 Parquet files and the commit logs of 100 earlier jobs (copies of one real job's):
+    the check reads two listings per level from the target up to the bucket and one commit log; an overwrite's
+    (whose commit lists the target anyway) one listing per 1,000 keys below it too, an append's only the
+    target's own records (two listings), however many files it holds. Reading every commit log, as maintenance
+    does, would cost one request per job ever committed there: a daily job one more each day (measured here:
+    100 GetObject)."""
     import boto3
     import pyarrow as pa
 
@@ -52,17 +54,18 @@ def test_the_setup_check_costs_the_same_however_many_jobs_wrote_the_target(bucke
     client = boto3.client("s3")
     parquet, log = (client.get_object(Bucket=bucket, Key=f"lake/out/{rel}")["Body"].read()
                     for rel in (manifest["files"][0]["path"], "_commits/job-0.json"))
-    copies = [(f"lake/out/day={i % 10}/part-{i:05d}.parquet", parquet) for i in range(1, 1000)]
+    copies = [(f"lake/out/day={i % 10}/part-{i:05d}.parquet", parquet) for i in range(1, 2000)]
     copies += [(f"lake/out/_commits/job-{j}.json", log) for j in range(1, 100)]
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda kv: client.put_object(Bucket=bucket, Key=kv[0], Body=kv[1]), copies))
     keys = len(s3fs_fs.find(f"{bucket}/lake/out"))
-    assert 1100 <= keys < 2000, keys
+    assert 2100 <= keys < 3000, keys
 
-    store = store_for(root)
-    store.request_counts()   # connect first: the count is of the check, not of the client's start
-    refuse_file_job(store, "append")
-    assert store.request_counts() == {"ListObjectsV2": 2 * 3 + 2, "GetObject": 1}
+    for mode, below in (("append", 2), ("overwrite", 3)):
+        store = store_for(root)
+        store.request_counts()   # connect first: the count is of the check, not of the client's start
+        refuse_file_job(store, mode)
+        assert store.request_counts() == {"ListObjectsV2": 2 * 3 + below, "GetObject": 1}, mode
     every = store_for(root)
     every.request_counts()
     assert table_at(every) is None and every.request_counts()["GetObject"] == 100

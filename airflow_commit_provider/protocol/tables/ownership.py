@@ -17,8 +17,12 @@ table (:func:`refuse_file_job`), before its job record. What shows a table, chea
   (``_commits/<job>.json``) of this provider whose job published into a table: its files are that table's even
   where its metadata is kept elsewhere (Iceberg's ``write.metadata.path``, a catalog that places it itself).
 
-A file job's setup runs once per application attempt, so it reads fewer records: every job record (only jobs
-under way have one), but only one commit log per ``_commits`` directory (the last by name), not all of them. A
+A file job's setup runs once per application attempt, so it reads less. In ``append`` and ``error`` mode, whose
+commits delete nothing, it looks only at the target, the directories above it and the target's own records: files
+added beside a table (in a warehouse, a parent directory) are not in it, and the whole tree below a big append
+target is not listed at every setup. In ``overwrite`` and ``dynamic`` mode, whose commits delete what the target
+held, it looks below too. Either way it reads every job record (only jobs under way have one), but only one commit
+log per ``_commits`` directory (the last by name), not all of them. A
 commit log stays for good, one per job ever committed there: reading each would cost a daily job one more request
 per day of its history (on S3, a target of 1,000 files and 100 commit logs: 8 listings and 100 GetObject, against
 8 and 1). One tells a table's data directory whose commit logs are all the table jobs': once one is there, no
@@ -151,6 +155,11 @@ def _below(store: Store, every_log: bool = True) -> FoundTable | None:
             if not is_hidden(head):
                 return FoundTable("iceberg", store.url(head), store.url(head), "holds",
                                   f"{store.url(rel)} is Iceberg table metadata")
+    return _recorded_table(store, names, every_log)
+
+
+def _recorded_table(store: Store, names: list[str], every_log: bool) -> FoundTable | None:
+    """The first table a job record or commit log among *names* says its job published into."""
     for kind, rel, data_root in _records(names, every_log):
         table = _record_table(store, kind, rel)
         if table is not None:
@@ -160,6 +169,15 @@ def _below(store: Store, every_log: bool = True) -> FoundTable | None:
                               f"{store.url(rel)} ({kind}) says its job published into {table.get('format')} table "
                               f"{table.get('name') or location}, whose data files are at {location}")
     return None
+
+
+def _root_records(store: Store) -> FoundTable | None:
+    """The table the root's own records name (its last commit log, the job records of its jobs under way): an
+    Iceberg table whose metadata is kept elsewhere, or a new table whose first job is under way, without a listing
+    of the tree below."""
+    names = [f"{COMMITS}/{n}" for n in store.list_dir(COMMITS)]
+    names += [f"{TEMPORARY}/{j}/_job.json" for j in store.list_dir(TEMPORARY)]
+    return _recorded_table(store, names, every_log=False)
 
 
 def table_at(store: Store) -> FoundTable | None:
@@ -215,6 +233,10 @@ def refuse_table(store: Store, operation: str) -> None:
 
 
 #: what a file job of each mode would do to a table's files
+#: the modes whose job commit deletes what the target held: only for them does a file job's setup look for a table
+#: anywhere below its target (a warehouse, a parent of tables); an append or error job there adds files beside the
+#: tables, never in them, and pays no listing of the whole tree at every setup (one LIST per 1,000 keys on S3)
+_DELETING_MODES = ("overwrite", "dynamic")
 _FILE_JOB_HARM = {
     "overwrite": "its job commit would delete the table's files, which its log still names, and every read of the "
                  "table would fail from then on",
@@ -230,7 +252,8 @@ def refuse_file_job(store: Store, mode: str) -> None:
     """:class:`OwnedByTable` when a job that publishes files (not into a table) in *mode* would write into a table
     (*store*'s root is, lies inside, or holds one; records read as the module docstring says for setup): naming
     the table and the two ways out, the table job (``table_format``) or a target outside it. Only reads."""
-    found = _around(store) or _below(store, every_log=False)
+    deletes = mode in _DELETING_MODES
+    found = _around(store) or (_below(store, every_log=False) if deletes else _root_records(store))
     if found is None:
         return
     if found.format == "delta":
