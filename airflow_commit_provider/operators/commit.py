@@ -29,12 +29,14 @@ from airflow.sdk import BaseHook, BaseOperator
 from ..hooks.storage import CommitStorageHook
 from ..links.commit_status import CommitStatusLink, CommitTargetLink
 from ..protocol import (CommitConfig, CommitDenied, FileOutputCommitter, InvalidOutputSpec, JobAlreadyCommitted,
-                        run_task_attempt)
+                        OverlappingRun, run_task_attempt)
 from ..protocol.config import check_threads, normalize_algorithm, partition_columns
 from ..protocol.modes import check_mode
 from ..protocol.tables import FORMATS as TABLE_FORMATS, TableTarget, table_target
 from .failures import DETERMINISTIC_ERRORS, fail_fast_on_deterministic_errors
 from .lineage import CommitLineageMixin
+from .hints import abort_command, leftover_hint
+from .overlap import run_finished, run_owner
 from .setup_context import SetupContext
 from .shards import check_job_shards, check_shard_callable, check_shards, run_shards
 from .summary import CommitSummary
@@ -323,7 +325,8 @@ class CommitBaseOperator(BaseOperator):
         if self.shards_per_task != 1:
             labels["shards_per_task"] = self.shards_per_task
         config = CommitConfig(algorithm=self.algorithm, mode=self.mode, partition_by=self.partition_by,
-                              commit_threads=self.commit_threads, labels=labels, durable=self.durable)
+                              commit_threads=self.commit_threads, labels=labels, durable=self.durable,
+                              owner=run_owner(context))
         return CommitStorageHook(self.conn_id).make_committer(self.target, self.job_id(context), config,
                                                               table=self.table())
 
@@ -345,7 +348,11 @@ class CommitSetupOperator(CommitBaseOperator):
         committer = self.committer(context)
         # before setup_job, which would open a new application attempt (fencing the older one's tries) first
         self._check_shards(committer, before_setup=True)
-        job = committer.setup_job()
+        try:
+            job = committer.setup_job(run_finished=run_finished(context))
+        except OverlappingRun as exc:
+            raise OverlappingRun(f"{exc} The command: {abort_command(committer, self.conn_id, self.target)}",
+                                 exc.owner, exc.app_attempt) from exc
         setup = SetupContext.from_job(job, job_name=self._job_name(), target=committer.store.url(),
                                       conn_id=self.conn_id, algorithm=committer.algorithm_name,
                                       algorithm_value=self.algorithm, mode=committer.mode,
@@ -621,21 +628,3 @@ class CommitAbortOperator(CommitBaseOperator):
             result["hint"] = leftover_hint(committer, self.conn_id, self.target, result["kept_committed_tasks"])
             self.log.warning("%s", result["hint"])
         return result
-
-
-def leftover_hint(committer: FileOutputCommitter, conn_id: str | None, target: Any, kept: Sequence[int]) -> str:
-    """What a failed run's teardown leaves under ``_temporary/<job>`` (kept for a clear of the run), and the one
-    call that removes it when the run will not be cleared (Hadoop's abortJob: the target as before the job)."""
-    where = committer.store.url(committer.layout.job_dir)
-    remove = (f"python -c \"from airflow_commit_provider.hooks.storage import CommitStorageHook; "
-              f"from airflow_commit_provider.protocol import CommitConfig; "
-              f"CommitStorageHook({conn_id!r}).make_committer({str(target)!r}, {committer.job_id!r}, "
-              f"CommitConfig(algorithm={committer.algorithm!r}, mode={committer.mode!r}, "
-              f"partition_by={list(committer.partition_by)!r})).abort_job()\"")
-    if kept:
-        return (f"kept {len(kept)} committed task(s) ({', '.join(map(str, kept))}) of job {committer.job_id} hidden "
-                f"under {where}: clear this DAG run to recover them (their code is not called again). If the run "
-                f"will not be cleared, remove them and the job's records with: {remove}")
-    return (f"nothing of job {committer.job_id} was committed; its records stay under {where} so that a clear of "
-            f"this DAG run continues the job. If the run will not be cleared, remove them with: {remove} "
-            f"(purge_on_failure=True on the stage removes them at every failure)")

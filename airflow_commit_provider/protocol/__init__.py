@@ -26,12 +26,14 @@ from .errors import (
     JobIncomplete,
     JobNotSetUp,
     MarkerChanging,
+    OverlappingRun,
     StorageCapabilityError,
 )
 from .job import Job
 from .jobsetup import JobContext
 from .layout import JobLayout, check_job_id
 from .modes import MODES
+from .owners import RunOwner
 from .records.success import read_success_marker
 from .stores import LocalStore, Store, store_for
 from .tasks.attempts import TaskAttemptContext
@@ -42,7 +44,7 @@ __all__ = [
     "MODES", "CommitConfig", "CommitDenied", "CommitProtocolError", "CorruptRecord", "FileOutputCommitter", "InputsChanged",
     "InputsClaimed", "InvalidOutputSpec",
     "JobAlreadyCommitted", "JobConfigMismatch", "Job", "JobContext", "JobIncomplete", "JobLayout", "JobNotSetUp",
-    "MarkerChanging", "make_committer",
+    "MarkerChanging", "OverlappingRun", "RunOwner", "make_committer",
     "LocalStore", "OutputCommitter", "StorageCapabilityError", "Store", "TaskAttemptContext", "TaskAttemptWriter",
     "TaskOutcome", "check_job_id", "normalize_algorithm", "read_success_marker", "run_task_attempt", "store_for",
 ]

@@ -10,6 +10,7 @@ from typing import Any
 
 from .errors import InvalidOutputSpec
 from .modes import Mode, mode_named
+from .owners import RunOwner
 from .paths import check_partition_key
 
 _ALGORITHMS: dict[str, int | str] = {"1": 1, "v1": 1, "2": 2, "v2": 2, "magic": "magic"}
@@ -67,6 +68,8 @@ class CommitConfig:
     :param labels: free-form JSON values copied into ``_SUCCESS`` (dag id, run id, ...).
     :param part_size: the magic committer's multipart part size (bytes); ``None``: its default.
     :param durable: on a local disk, fsync what each step needs to survive a power cut; ``False`` for scratch.
+    :param owner: the run this committer works for (:mod:`.owners`): its setup records it in the application
+        attempt it claims, and its tasks work only in an attempt it owns; ``None``: any attempt (the newest).
     """
 
     algorithm: int | str = 1
@@ -76,6 +79,7 @@ class CommitConfig:
     labels: Mapping[str, Any] = field(default_factory=dict)
     part_size: int | None = None
     durable: bool = True
+    owner: RunOwner | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -89,6 +93,8 @@ class CommitConfig:
             raise InvalidOutputSpec(f"durable must be True or False, got {self.durable!r}")
         if not isinstance(self.labels, Mapping):
             raise InvalidOutputSpec(f"labels must be a mapping of names to JSON values, got {self.labels!r}")
+        if self.owner is not None and not isinstance(self.owner, RunOwner):
+            raise InvalidOutputSpec(f"owner must be a RunOwner (the DAG run) or None, got {self.owner!r}")
         set_(self, "labels", dict(self.labels))
 
     @property

@@ -1,0 +1,33 @@
+"""The ways out a stage's tasks print: what a failed run's teardown leaves, and the command that aborts a job
+whatever run it belongs to (the advice of a refused overlap, too)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..protocol import FileOutputCommitter
+
+
+def leftover_hint(committer: FileOutputCommitter, conn_id: str | None, target: Any, kept: Sequence[int]) -> str:
+    """What a failed run's teardown leaves under ``_temporary/<job>`` (kept for a clear of the run), and the one
+    call that removes it when the run will not be cleared (Hadoop's abortJob: the target as before the job)."""
+    where = committer.store.url(committer.layout.job_dir)
+    remove = abort_command(committer, conn_id, target)
+    if kept:
+        return (f"kept {len(kept)} committed task(s) ({', '.join(map(str, kept))}) of job {committer.job_id} hidden "
+                f"under {where}: clear this DAG run to recover them (their code is not called again). If the run "
+                f"will not be cleared, remove them and the job's records with: {remove}")
+    return (f"nothing of job {committer.job_id} was committed; its records stay under {where} so that a clear of "
+            f"this DAG run continues the job. If the run will not be cleared, remove them with: {remove} "
+            f"(purge_on_failure=True on the stage removes them at every failure)")
+
+
+def abort_command(committer: FileOutputCommitter, conn_id: str | None, target: Any) -> str:
+    """The one shell command that aborts the stage's job whatever run it belongs to (Hadoop's abortJob: the
+    job's uncommitted work and records removed, the target as before the job), for a hint to print."""
+    return (f"python -c \"from airflow_commit_provider.hooks.storage import CommitStorageHook; "
+            f"from airflow_commit_provider.protocol import CommitConfig; "
+            f"CommitStorageHook({conn_id!r}).make_committer({str(target)!r}, {committer.job_id!r}, "
+            f"CommitConfig(algorithm={committer.algorithm!r}, mode={committer.mode!r}, "
+            f"partition_by={list(committer.partition_by)!r})).abort_job()\"")
