@@ -43,7 +43,7 @@ def abort_job(scope: Job, *, keep_committed: bool = False) -> dict[str, Any]:
     if scope.commit_plan(job) is not None:
         return {"job_id": scope.job_id, "state": "committing", "aborted": False}
     apps = scope.app_attempts(job)
-    other = scope.other_owner(apps[0]) if apps else None
+    other = scope.other_owner(apps[0], job) if apps else None
     if other is not None:   # another run took the job over (:mod:`.owners`): its work is not this run's to undo
         return stood_down(scope, f"application attempt {apps[0]} is owned by {other.describe()}, not by this run: "
                                  "it stood down")

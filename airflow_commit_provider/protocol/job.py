@@ -55,7 +55,7 @@ class Job:
         self._last_job: tuple[bytes, JobRecord] | None = None
         self._checked: JobRecord | None = None
         #: the owners the application attempts' markers name, as read (a marker is created once, never changed)
-        self._owners: dict[int, RunOwner | None] = {}
+        self._owners: dict[tuple[str, int], RunOwner | None] = {}
 
     # ------------------------------------------------------------------ identity
     def identity(self) -> dict[str, object]:
@@ -178,24 +178,28 @@ class Job:
         """The newest application attempt of the current generation."""
         return self.current_app_attempts(record or self.require_job())[0]
 
-    def app_owner(self, app: int) -> RunOwner | None:
-        """The run that owns application attempt *app*, as its marker says (``None``: it names none, or is gone:
-        the job's records went with a commit or a purge, which the caller's next read finds)."""
-        if app not in self._owners:
+    def app_owner(self, app: int, record: JobRecord) -> RunOwner | None:
+        """The run that owns application attempt *app* of generation *record*, as its marker says (``None``: it
+        names none, or is gone: the job's records went with a commit or a purge, which the caller's next read
+        finds). A marker is created once and never changes, but a purge lets the next generation number its
+        attempts from 0 again: what was read is kept per generation."""
+        key = (record.job_uuid, app)
+        if key not in self._owners:
             rel = self.layout.app_marker(app)
             doc = records.read(self.store, rel, "app-attempt")
             if doc is None:
                 return None
-            self._owners[app] = RunOwner.from_record(doc.get("owner"), self.store.url(rel))
-        return self._owners[app]
+            self._owners[key] = RunOwner.from_record(doc.get("owner"), self.store.url(rel))
+        return self._owners[key]
 
-    def other_owner(self, app: int) -> RunOwner | None:
-        """The run that owns application attempt *app* when it is not this scope's run (``config.owner``, any
-        clear of it); ``None`` when it is, when the attempt names no owner, or when this scope works for none."""
+    def other_owner(self, app: int, record: JobRecord) -> RunOwner | None:
+        """The run that owns application attempt *app* of generation *record* when it is not this scope's run
+        (``config.owner``, any clear of it); ``None`` when it is, when the attempt names no owner, or when this
+        scope works for none."""
         ours = self.config.owner
         if ours is None:
             return None
-        owner = self.app_owner(app)
+        owner = self.app_owner(app, record)
         return None if owner is None or owner.same_run(ours) else owner
 
     def own_app_attempts(self, record: JobRecord, names: Iterable[str] | None = None, *,
@@ -204,7 +208,7 @@ class Job:
         the current one is another run's (:mod:`.owners`) -- unless the generation's commit has fixed its plan:
         then the job's fate is fixed, and whoever asks only finds the records or finishes that commit."""
         apps = self.current_app_attempts(record, names)
-        other = self.other_owner(apps[0])
+        other = self.other_owner(apps[0], record)
         if other is not None and self.commit_plan(record) is None:
             assert self.config.owner is not None   # other_owner found none otherwise
             raise OverlappingRun(not_owned(self.job_id, self.config.owner, other, apps[0], doing), other, apps[0])

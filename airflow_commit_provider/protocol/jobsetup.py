@@ -72,7 +72,7 @@ def check_no_overlap(scope: Job, job: JobRecord, app: int, run_finished: RunFini
     """:class:`OverlappingRun` when another run owns the job's current application attempt *app* and has not
     ended (:mod:`.owners`): neither the job's records (its teardown's abort record) nor *run_finished* (the
     scheduler) says it did. A run that ended is taken over: the attempt this setup opens recovers its commits."""
-    other = scope.other_owner(app)
+    other = scope.other_owner(app, job)
     if other is None or scope.attempt_ended(app, job):
         return
     finished = run_finished(other) if run_finished is not None else None
