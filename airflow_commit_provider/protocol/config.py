@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidOutputSpec
 from .modes import Mode, mode_named
-from .owners import RunOwner
 from .paths import check_partition_key
+
+if TYPE_CHECKING:
+    from .owners import RunOwner
 
 _ALGORITHMS: dict[str, int | str] = {"1": 1, "v1": 1, "2": 2, "v2": 2, "magic": "magic"}
 
@@ -93,6 +95,8 @@ class CommitConfig:
             raise InvalidOutputSpec(f"durable must be True or False, got {self.durable!r}")
         if not isinstance(self.labels, Mapping):
             raise InvalidOutputSpec(f"labels must be a mapping of names to JSON values, got {self.labels!r}")
+        from .owners import RunOwner   # here: owners.py checks its numbers with this module's check_number
+
         if self.owner is not None and not isinstance(self.owner, RunOwner):
             raise InvalidOutputSpec(f"owner must be a RunOwner (the DAG run) or None, got {self.owner!r}")
         set_(self, "labels", dict(self.labels))

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .config import check_number
 from .errors import CorruptRecord, InvalidOutputSpec
 
 
@@ -40,9 +41,7 @@ class RunOwner:
             value = getattr(self, key)
             if not isinstance(value, str) or not value:
                 raise InvalidOutputSpec(f"RunOwner: {key} must be a non-empty string, got {value!r}")
-        if isinstance(self.clear_number, bool) or not isinstance(self.clear_number, int) or self.clear_number < 0:
-            raise InvalidOutputSpec(f"RunOwner: clear_number must be a non-negative integer, got "
-                                    f"{self.clear_number!r}")
+        check_number(self.clear_number, "RunOwner: clear_number")
 
     def same_run(self, other: RunOwner) -> bool:
         """Whether *other* is this very run (any clear of it): its attempts are this run's to use."""

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -36,7 +36,8 @@ def start_run(dag_id: str, logical_date: datetime, faults: str) -> subprocess.Po
         from datetime import datetime
         sys.path.insert(0, {str(DAGS_FOLDER)!r})
         import commit_test_dags
-        dr = commit_test_dags.{dag_id}.test(logical_date=datetime.fromisoformat({logical_date.isoformat()!r}))
+        when = datetime.fromisoformat({logical_date.isoformat()!r})
+        dr = commit_test_dags.{dag_id}.test(logical_date=when, run_after=when)
         print("RUN", dr.run_id, dr.state)
     """
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, text=True,
@@ -44,13 +45,21 @@ def start_run(dag_id: str, logical_date: datetime, faults: str) -> subprocess.Po
                             env={**os.environ, "PYTHONPATH": str(REPO), "COMMIT_PROVIDER_FAULTS": faults})
 
 
+def run(dag, day: int):
+    """``dag.test()`` of the run of logical date (and run after) *day* of May 2024: the same *day* again re-runs
+    (clears) that very DAG run."""
+    when = DAY + timedelta(days=day - 1)
+    return dag.test(logical_date=when, run_after=when)
+
+
 @pytest.mark.parametrize("mode", ["append", "overwrite"])
 def test_a_run_overlapping_another_of_its_job_is_refused_and_the_next_run_commits(dags, capfd, mode):
     dag_id = f"ct_overlap_{mode}"
+    dag = getattr(dags, dag_id)
     a = start_run(dag_id, DAY, "setup_job.after_app_attempt=stop")
     wait_stopped(a)   # A's setup has claimed its application attempt; A's run is running
     try:
-        b = getattr(dags, dag_id).test(logical_date=DAY.replace(day=2))
+        b = run(dag, 2)
     finally:
         code, out, err = resume(a)
     assert code == 0 and " success" in out, f"run A:\n{out}\n{err}"
@@ -59,15 +68,16 @@ def test_a_run_overlapping_another_of_its_job_is_refused_and_the_next_run_commit
     assert b.state == "failed" and b_states["stage.setup[-1]"] == "failed", b_states
     assert {s for k, s in b_states.items() if k.startswith("stage.write")} == {"upstream_failed"}, b_states
     log = capfd.readouterr()
-    refusal = next(line for line in (log.out + log.err).splitlines() if "AirflowFailException: OverlappingRun:" in line)
+    refusal = next(line for line in (log.out + log.err).splitlines()
+                   if "AirflowFailException: OverlappingRun:" in line)
     assert a_run in refusal and "max_active_runs=1" in refusal and "abort_job" in refusal, refusal
-    rows = sc.read_rows(target(dag_id))
-    sc.assert_exactly_once(rows, tasks=2, per_task=ROWS)   # A's rows, once: B wrote nothing
+    sc.assert_exactly_once(sc.read_rows(target(dag_id)), tasks=2, per_task=ROWS)   # A's rows, once
 
-    c = getattr(dags, dag_id).test(logical_date=DAY.replace(day=3))
+    cleared = run(dag, 2)   # the refusal's advice: once A has ended, clear B; its setup takes the job over
+    assert cleared.run_id == b.run_id and cleared.state == "success", states(cleared)
+    c = run(dag, 3)         # and a third run, alone
     assert c.state == "success", states(c)
-    rows = sc.read_rows(target(dag_id))
-    sc.assert_exactly_once(rows, tasks=2, per_task=ROWS)   # C's generation replaced A's
+    sc.assert_exactly_once(sc.read_rows(target(dag_id)), tasks=2, per_task=ROWS)   # each run replaced the last
     manifest = read_success_marker(target(dag_id), verify_files=True)
-    assert manifest["labels"]["run_id"] == c.run_id and manifest["generation"] == 1
+    assert manifest["labels"]["run_id"] == c.run_id and manifest["generation"] == 2
     assert not os.path.exists(os.path.join(TEST_ROOT, dag_id, "_temporary"))

@@ -130,3 +130,23 @@ def test_a_clear_of_the_same_run_continues_its_job_and_an_unowned_attempt_is_any
     assert write(cleared, 0, 2, calls)["status"] == "recovered"
     cleared.commit_job(2)
     sc.assert_exactly_once(sc.read_rows(root), tasks=2)
+
+
+def test_an_owner_that_is_not_one_is_refused_by_name(tmp_path):
+    from airflow_commit_provider.protocol import CommitConfig, CorruptRecord, InvalidOutputSpec
+
+    with pytest.raises(InvalidOutputSpec, match="run_id must be a non-empty string"):
+        RunOwner("daily", "")
+    with pytest.raises(InvalidOutputSpec, match="clear_number must be a non-negative integer"):
+        RunOwner("daily", "r", -1)
+    with pytest.raises(InvalidOutputSpec, match="owner must be a RunOwner"):
+        CommitConfig(owner="scheduled__2024-05-01")
+    root = str(tmp_path / "out")
+    committer(root, A, "append").setup_job()
+    marker = os.path.join(root, "_temporary", sc.JOB, "0", "_app.json")
+    with open(marker) as fh:
+        text = fh.read()
+    with open(marker, "w") as fh:
+        fh.write(text.replace('"dag_id"', '"dag"'))
+    with pytest.raises(CorruptRecord, match="_app.json: owner is not a DAG run"):
+        write(committer(root, B, "append"), 0, 1, [])
