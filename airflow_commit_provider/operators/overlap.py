@@ -13,7 +13,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ..protocol.owners import RunFinished, RunOwner
+from ..protocol.config import RunOwner
+from ..protocol.owners import RunFinished
 
 log = logging.getLogger(__name__)
 

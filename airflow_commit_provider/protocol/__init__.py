@@ -33,7 +33,7 @@ from .job import Job
 from .jobsetup import JobContext
 from .layout import JobLayout, check_job_id
 from .modes import MODES
-from .owners import RunOwner
+from .config import RunOwner
 from .records.success import read_success_marker
 from .stores import LocalStore, Store, store_for
 from .tasks.attempts import TaskAttemptContext

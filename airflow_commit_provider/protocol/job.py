@@ -20,7 +20,8 @@ from .config import CommitConfig
 from .errors import InvalidOutputSpec, JobAlreadyCommitted, JobConfigMismatch, JobNotSetUp, OverlappingRun
 from .layout import ABORT_RECORD, TEMPORARY, TRASH, JobLayout, check_job_id
 from .modes import Mode
-from .owners import RunOwner, not_owned
+from .config import RunOwner
+from .owners import not_owned
 from .publish import Publisher, publisher_for
 from .records.job import CommitLog, CommitPlan, JobRecord
 from .records.task import TaskCommitRecord

@@ -14,57 +14,15 @@ in the application attempt's marker, and every task of a run works only in an at
 
 A run is ``(dag_id, run_id)``; its ``clear_number`` is recorded too (a clear re-runs the setup of the same run,
 which continues its own job) but does not make another run. A marker without an owner (an earlier release, or
-a committer used without one) is anyone's, as before. No Airflow import: the operators build the owner.
+a committer used without one) is anyone's, as before. No Airflow import: the operators build the owner
+(:class:`~.config.RunOwner`, a field of the job's configuration).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Callable
 
-from .config import check_number
-from .errors import CorruptRecord, InvalidOutputSpec
-
-
-@dataclass(frozen=True)
-class RunOwner:
-    """One DAG run (Airflow's ``dag_id``, ``run_id``), as the owner of the application attempts its setup
-    claims; *clear_number* says which clear of the run set one up."""
-
-    dag_id: str
-    run_id: str
-    clear_number: int = 0
-
-    def __post_init__(self) -> None:
-        for key in ("dag_id", "run_id"):
-            value = getattr(self, key)
-            if not isinstance(value, str) or not value:
-                raise InvalidOutputSpec(f"RunOwner: {key} must be a non-empty string, got {value!r}")
-        check_number(self.clear_number, "RunOwner: clear_number")
-
-    def same_run(self, other: RunOwner) -> bool:
-        """Whether *other* is this very run (any clear of it): its attempts are this run's to use."""
-        return (self.dag_id, self.run_id) == (other.dag_id, other.run_id)
-
-    def describe(self) -> str:
-        return f"DAG run {self.run_id!r} of DAG {self.dag_id!r} (clear {self.clear_number})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_record(cls, value: Any, where: str) -> RunOwner | None:
-        """The owner an application attempt's marker names (``None``: it names none); :class:`CorruptRecord`
-        naming *where* for one that is not an owner."""
-        if value is None:
-            return None
-        try:
-            if not isinstance(value, Mapping):
-                raise InvalidOutputSpec(f"not a mapping: {value!r}")
-            return cls(value["dag_id"], value["run_id"], value.get("clear_number", 0))
-        except (KeyError, InvalidOutputSpec) as exc:
-            raise CorruptRecord(f"{where}: owner is not a DAG run ({exc})") from None
+from .config import RunOwner
 
 
 #: Has that run ended? ``True`` (it succeeded or failed), ``False`` (it is queued or running), ``None`` (its state
@@ -98,4 +56,4 @@ def still_running(job_id: str, other: RunOwner, app: int, started: str | None, f
             "and set this run up again.")
 
 
-__all__ = ["RunFinished", "RunOwner", "not_owned", "still_running"]
+__all__ = ["RunFinished", "not_owned", "still_running"]
