@@ -21,8 +21,9 @@ A = RunOwner("daily", "scheduled__2024-05-01", 0)
 B = RunOwner("daily", "manual__2024-05-02", 0)
 
 
-def committer(root: str, owner: RunOwner | None, mode: str):
-    return make_committer(root, sc.JOB, algorithm=1, mode=mode, partition_by=["day"], owner=owner)
+def committer(root: str, owner: RunOwner | None, mode: str, algorithm: int | str = 1):
+    kw = {"part_size": 5 * 2**20} if algorithm == "magic" else {}
+    return make_committer(root, sc.JOB, algorithm=algorithm, mode=mode, partition_by=["day"], owner=owner, **kw)
 
 
 def write(c, task: int, attempt: int, calls: list[tuple[int, int]]) -> dict:
@@ -59,8 +60,13 @@ def test_a_setup_refuses_while_the_run_owning_the_job_has_not_ended(tmp_path, mo
 def test_a_run_that_ended_is_taken_over_and_its_late_tasks_write_nothing(tmp_path, mode):
     """Before the rule, A's late write of task 1 took "the newest" attempt, B's, with B's try number: it
     committed into B's attempt, and B's own try of task 1 then reported A's rows as its own."""
-    root = str(tmp_path / "out")
-    a, b, calls = committer(root, A, mode), committer(root, B, mode), []
+    take_over(str(tmp_path / "out"), mode)
+
+
+def take_over(root: str, mode: str, algorithm: int | str = 1) -> None:
+    """A commits task 0 and ends (marked failed) without its teardown; B's setup takes the job over; A's late
+    write, commit and teardown refuse or stand down; B recovers A's task 0, runs task 1 and commits."""
+    a, b, calls = committer(root, A, mode, algorithm), committer(root, B, mode, algorithm), []
     a.setup_job()
     write(a, 0, 1, calls)
     asked: list[RunOwner] = []
