@@ -35,7 +35,7 @@ from ..protocol.modes import check_mode
 from ..protocol.tables import FORMATS as TABLE_FORMATS, TableTarget, table_target
 from .failures import DETERMINISTIC_ERRORS, fail_fast_on_deterministic_errors
 from .lineage import CommitLineageMixin
-from .hints import abort_command, leftover_hint
+from .hints import leftover_hint, purge_command
 from .overlap import run_finished, run_owner
 from .setup_context import SetupContext
 from .shards import check_job_shards, check_shard_callable, check_shards, run_shards
@@ -351,7 +351,7 @@ class CommitSetupOperator(CommitBaseOperator):
         try:
             job = committer.setup_job(run_finished=run_finished(context))
         except OverlappingRun as exc:
-            raise OverlappingRun(f"{exc} The command: {abort_command(committer, self.conn_id, self.target)}",
+            raise OverlappingRun(f"{exc} The command: {purge_command(committer, self.conn_id)}",
                                  exc.owner, exc.app_attempt) from exc
         setup = SetupContext.from_job(job, job_name=self._job_name(), target=committer.store.url(),
                                       conn_id=self.conn_id, algorithm=committer.algorithm_name,

@@ -1,8 +1,9 @@
-"""The ways out a stage's tasks print: what a failed run's teardown leaves, and the command that aborts a job
+"""The ways out a stage's tasks print: what a failed run's teardown leaves, and the command that purges a job
 whatever run it belongs to (the advice of a refused overlap, too)."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,10 +11,10 @@ from ..protocol import FileOutputCommitter
 
 
 def leftover_hint(committer: FileOutputCommitter, conn_id: str | None, target: Any, kept: Sequence[int]) -> str:
-    """What a failed run's teardown leaves under ``_temporary/<job>`` (kept for a clear of the run), and the one
-    call that removes it when the run will not be cleared (Hadoop's abortJob: the target as before the job)."""
+    """What a failed run's teardown leaves under ``_temporary/<job>`` (kept for a clear of the run), and the
+    command that removes it when the run will not be cleared (Hadoop's abortJob: the target as before the job)."""
     where = committer.store.url(committer.layout.job_dir)
-    remove = abort_command(committer, conn_id, target)
+    remove = purge_command(committer, conn_id)
     if kept:
         return (f"kept {len(kept)} committed task(s) ({', '.join(map(str, kept))}) of job {committer.job_id} hidden "
                 f"under {where}: clear this DAG run to recover them (their code is not called again). If the run "
@@ -23,11 +24,9 @@ def leftover_hint(committer: FileOutputCommitter, conn_id: str | None, target: A
             f"(purge_on_failure=True on the stage removes them at every failure)")
 
 
-def abort_command(committer: FileOutputCommitter, conn_id: str | None, target: Any) -> str:
-    """The one shell command that aborts the stage's job whatever run it belongs to (Hadoop's abortJob: the
-    job's uncommitted work and records removed, the target as before the job), for a hint to print."""
-    return (f"python -c \"from airflow_commit_provider.hooks.storage import CommitStorageHook; "
-            f"from airflow_commit_provider.protocol import CommitConfig; "
-            f"CommitStorageHook({conn_id!r}).make_committer({str(target)!r}, {committer.job_id!r}, "
-            f"CommitConfig(algorithm={committer.algorithm!r}, mode={committer.mode!r}, "
-            f"partition_by={list(committer.partition_by)!r})).abort_job()\"")
+def purge_command(committer: FileOutputCommitter, conn_id: str | None) -> str:
+    """The ``airflow-commit`` line that purges *committer*'s job (:mod:`..cli`), quoted for a shell."""
+    words = ["airflow-commit", "abort", committer.store.url(), "--job", committer.job_id, "--purge"]
+    if conn_id:
+        words += ["--conn-id", conn_id]
+    return shlex.join(words)

@@ -27,6 +27,7 @@ from .errors import (
     JobNotSetUp,
     MarkerChanging,
     OverlappingRun,
+    OwnedByTable,
     StorageCapabilityError,
 )
 from .job import Job
@@ -44,7 +45,7 @@ __all__ = [
     "MODES", "CommitConfig", "CommitDenied", "CommitProtocolError", "CorruptRecord", "FileOutputCommitter", "InputsChanged",
     "InputsClaimed", "InvalidOutputSpec",
     "JobAlreadyCommitted", "JobConfigMismatch", "Job", "JobContext", "JobIncomplete", "JobLayout", "JobNotSetUp",
-    "MarkerChanging", "OverlappingRun", "RunOwner", "make_committer",
+    "MarkerChanging", "OverlappingRun", "OwnedByTable", "RunOwner", "make_committer",
     "LocalStore", "OutputCommitter", "StorageCapabilityError", "Store", "TaskAttemptContext", "TaskAttemptWriter",
     "TaskOutcome", "check_job_id", "normalize_algorithm", "read_success_marker", "run_task_attempt", "store_for",
 ]

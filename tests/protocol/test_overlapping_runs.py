@@ -99,15 +99,18 @@ def test_the_job_records_decide_when_the_scheduler_cannot(tmp_path):
 
 
 def test_the_advice_abort_the_other_runs_job_gets_out(tmp_path):
-    """A's workers are gone for good but its run is still "running": the refusal's way out is an abort by a
-    committer that works for no run; B's setup then starts the job afresh, and A's late tasks write nothing."""
+    """A's workers are gone for good but its run is still "running": the refusal's way out is the command line's
+    purge of the job (an abort that works for no run); B's setup then starts the job afresh, and A's late tasks
+    write nothing."""
+    from airflow_commit_provider.cli import main
+
     root = str(tmp_path / "out")
     a, b, calls = committer(root, A, "overwrite"), committer(root, B, "overwrite"), []
     a.setup_job()
     write(a, 0, 1, calls)
     with pytest.raises(OverlappingRun, match="abort_job\\(\\) of a committer built without an owner"):
         b.setup_job(run_finished=lambda other: False)
-    assert committer(root, None, "overwrite").abort_job()["aborted"]
+    assert main(["abort", root, "--job", sc.JOB, "--purge"]) == 0
     b.setup_job(run_finished=lambda other: False)
     with pytest.raises(OverlappingRun):
         write(a, 1, 1, calls)

@@ -48,6 +48,7 @@ from ..records.success import marker_dirs_above
 from ..records.underway import job_dirs
 from ..paths import is_hidden, join, partition_of
 from ..stores import Store
+from ..tables.ownership import refuse_table
 
 OURS = "this-provider"
 
@@ -306,8 +307,11 @@ def find_duplicates(store: Store, *, single_job_dirs: bool = False) -> DedupPlan
 
     When an earlier deduplication of the root created its plan and did not finish, that plan (``pending``) is what
     the next apply finishes, so that is what this returns. *single_job_dirs*: the caller states that one job wrote
-    each directory holding Hive-named files (see the module docstring).
+    each directory holding Hive-named files (see the module docstring). :class:`OwnedByTable` when the root is,
+    lies inside or holds a Delta or Iceberg table (:mod:`..tables.ownership`): its log, not file names, says which
+    files are its data.
     """
+    refuse_table(store, "deduplication")
     pending = stored_plan(store)
     if pending is not None:
         return pending
@@ -320,8 +324,10 @@ def remove_duplicates(store: Store, plan: DedupPlan | None = None, *,
     the unfinished plan of an earlier run; returns the plan's report with what was applied (``applied``).
 
     :class:`DedupInProgress` when another deduplication's plan is unfinished and *plan* is not it (the dry run
-    shows the unfinished one: apply that).
+    shows the unfinished one: apply that); :class:`OwnedByTable` as :func:`find_duplicates` raises it, before the
+    plan's record is created or a marker withdrawn.
     """
+    refuse_table(store, "deduplication")
     pending = stored_plan(store)
     if plan is None:
         plan = pending or _Planner(store, single_job_dirs).plan()

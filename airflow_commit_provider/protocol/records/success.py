@@ -174,9 +174,9 @@ def read_success_marker(path: Any, *, fs: Any = None, storage_options: dict[str,
     where = store.url(SUCCESS)
     data = _marker_bytes(store, where, "the job has not committed")
     if not verify_files:
-        return _parse_marker(data, where)
+        return parse_marker(data, where)
     for _ in range(VERIFY_ATTEMPTS):
-        manifest = _parse_marker(data, where)
+        manifest = parse_marker(data, where)
         sizes = dict(store.list_files("", visible_only=True))
         again = _marker_bytes(store, where, "it was withdrawn while its directory was listed: a job is committing")
         if again == data:
@@ -194,7 +194,7 @@ def _marker_bytes(store: Store, where: str, why_absent: str) -> bytes:
         raise FileNotFoundError(f"no _SUCCESS at {where}: {why_absent}") from None
 
 
-def _parse_marker(data: bytes, where: str) -> dict[str, Any]:
+def parse_marker(data: bytes, where: str) -> dict[str, Any]:
     try:
         doc = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

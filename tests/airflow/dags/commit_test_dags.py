@@ -148,3 +148,12 @@ with DAG("ct_maintenance", schedule=None, start_date=datetime(2024, 1, 1), catch
                                       single_job_dirs=True)
     dedup >> CompactOutputOperator(task_id="compact", target=os.path.join(ROOT, "ct_maintenance"),
                                    target_size=10**6)
+
+# both kinds of maintenance pointed at a Delta table (the test makes it): each refuses, without a retry
+with DAG("ct_table_maintenance", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
+         default_args={"retries": 1, "retry_delay": timedelta(seconds=0.2)},
+         tags=["airflow-commit-provider-tests"]) as ct_table_maintenance:
+    from airflow_commit_provider.operators.maintenance import CompactOutputOperator, DeduplicateOutputOperator
+
+    DeduplicateOutputOperator(task_id="dedup", target=os.path.join(ROOT, "ct_table_maintenance"), apply=True)
+    CompactOutputOperator(task_id="compact", target=os.path.join(ROOT, "ct_table_maintenance"), target_size=10**6)
