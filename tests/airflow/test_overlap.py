@@ -70,7 +70,8 @@ def test_a_run_overlapping_another_of_its_job_is_refused_and_the_next_run_commit
     log = capfd.readouterr()
     refusal = next(line for line in (log.out + log.err).splitlines()
                    if "AirflowFailException: OverlappingRun:" in line)
-    assert a_run in refusal and "max_active_runs=1" in refusal and f"airflow-commit abort {target(dag_id)} --job" in refusal, refusal
+    purge = f"airflow-commit abort file://{target(dag_id)} --job"   # the command line's, for a dead run
+    assert a_run in refusal and "max_active_runs=1" in refusal and purge in refusal, refusal
     sc.assert_exactly_once(sc.read_rows(target(dag_id)), tasks=2, per_task=ROWS)   # A's rows, once
 
     cleared = run(dag, 2)   # the refusal's advice: once A has ended, clear B; its setup takes the job over
