@@ -50,6 +50,7 @@ def test_a_setup_refuses_while_the_run_owning_the_job_has_not_ended(tmp_path, mo
             b.setup_job(run_finished=lambda other, v=verdict: v)
         assert says in str(exc.value) and "max_active_runs=1" in str(exc.value) and exc.value.owner == A
     assert job_files(root) == before, "a refused setup changes nothing"
+    assert b.status()["owner"] == A.to_dict(), "the job's status names the run to wait for"
     write(a, 1, 1, calls)   # A goes on undisturbed in its own attempt
     a.commit_job(2)
     sc.assert_exactly_once(sc.read_rows(root), tasks=2)
@@ -98,7 +99,7 @@ def test_the_job_records_decide_when_the_scheduler_cannot(tmp_path):
     sc.assert_exactly_once(sc.read_rows(root), tasks=2)
 
 
-def test_the_advice_abort_the_other_runs_job_gets_out(tmp_path):
+def test_the_advice_abort_the_other_runs_job_gets_out(tmp_path, capsys):
     """A's workers are gone for good but its run is still "running": the refusal's way out is the command line's
     purge of the job (an abort that works for no run); B's setup then starts the job afresh, and A's late tasks
     write nothing."""
@@ -110,6 +111,8 @@ def test_the_advice_abort_the_other_runs_job_gets_out(tmp_path):
     write(a, 0, 1, calls)
     with pytest.raises(OverlappingRun, match="abort_job\\(\\) of a committer built without an owner"):
         b.setup_job(run_finished=lambda other: False)
+    assert main(["inspect", root]) == 0   # which run owns the job, to wait for or to give up on
+    assert "application attempt 0 owned by dag daily run scheduled__2024-05-01 (clear 0)" in capsys.readouterr().out
     assert main(["abort", root, "--job", sc.JOB, "--purge"]) == 0
     b.setup_job(run_finished=lambda other: False)
     with pytest.raises(OverlappingRun):
