@@ -59,6 +59,17 @@ class JobIdentityCollision(JobConfigMismatch):
     this committer's (``CommitConfig(names=...)``). Raised before anything changes, naming both."""
 
 
+class OverlappingRun(CommitProtocolError):
+    """Another run of the job owns its current application attempt (:mod:`.owners`): a setup refuses while that
+    run has not finished, a write or a job commit of a run that does not own the attempt refuses; nothing was
+    changed. ``owner`` is the run that owns it, ``app_attempt`` the attempt."""
+
+    def __init__(self, message: str, owner: Any, app_attempt: int) -> None:
+        super().__init__(message)
+        self.owner = owner
+        self.app_attempt = app_attempt
+
+
 class CorruptRecord(CommitProtocolError, ValueError):
     """A record of the protocol (job record, task commit record, commit plan, ``_SUCCESS``) is unreadable."""
 

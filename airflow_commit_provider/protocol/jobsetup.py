@@ -11,10 +11,11 @@ from typing import Any
 
 from . import records
 from .abort import abort_job
-from .errors import CommitProtocolError, InvalidOutputSpec
+from .errors import CommitProtocolError, InvalidOutputSpec, OverlappingRun
 from .faults import inject
 from .job import Job
 from .layout import COMMITS
+from .owners import RunFinished, still_running
 from .paths import check_relative
 from .records.inputs import record_inputs
 from .records.job import JobRecord, Replaces
@@ -39,7 +40,8 @@ class JobContext:
         return asdict(self)
 
 
-def setup_job(scope: Job, *, replace_files: Iterable[str] = (), replace_first: bool = False) -> JobContext:
+def setup_job(scope: Job, *, replace_files: Iterable[str] = (), replace_first: bool = False,
+              run_finished: RunFinished | None = None) -> JobContext:
     """See :meth:`~.committer.FileOutputCommitter.setup_job`."""
     check_target(scope)
     if scope.target_claim:
@@ -52,14 +54,18 @@ def setup_job(scope: Job, *, replace_files: Iterable[str] = (), replace_first: b
     if job is None:
         job = create_job_record(scope, [check_relative(f) for f in replace_files], replace_first)
     scope.check_config(job)
+    apps = scope.app_attempts(job)
+    if apps:   # before the plan: a run still committing the job is not joined either
+        check_no_overlap(scope, job, apps[0], run_finished)
     plan = scope.commit_plan(job)
     if plan is not None:
         return context(scope, job, plan.app_attempt, "committing")
-    apps = scope.app_attempts(job)
     app = apps[0] + 1 if apps else job.first_app_attempt
+    owner = {"owner": scope.config.owner.to_dict()} if scope.config.owner is not None else {}
     while True:
         marker = records.dumps("app-attempt", {"app_attempt": app, "job_uuid": job.job_uuid,
-                                               "started": records.now_iso(), "labels": scope.config.labels})
+                                               "started": records.now_iso(), "labels": scope.config.labels,
+                                               **owner})
         if scope.store.create_exclusive(scope.layout.app_marker(app), marker):
             break
         app += 1
@@ -89,6 +95,20 @@ def start_over(scope: Job, job: JobRecord) -> JobRecord | None:
                 scope.job_id, list(job.partition_by), list(scope.config.partition_by))
     abort_job(old)
     return scope.job_record()
+
+
+def check_no_overlap(scope: Job, job: JobRecord, app: int, run_finished: RunFinished | None) -> None:
+    """:class:`OverlappingRun` when another run owns the job's current application attempt *app* and has not
+    ended (:mod:`.owners`): neither the job's records (its teardown's abort record) nor *run_finished* (the
+    scheduler) says it did. A run that ended is taken over: the attempt this setup opens recovers its commits."""
+    other = scope.other_owner(app, job)
+    if other is None or scope.attempt_ended(app, job):
+        return
+    finished = run_finished(other) if run_finished is not None else None
+    if finished is True:
+        return
+    marker = records.read(scope.store, scope.layout.app_marker(app), "app-attempt") or {}
+    raise OverlappingRun(still_running(scope.job_id, other, app, marker.get("started"), finished), other, app)
 
 
 def context(scope: Job, job: JobRecord, app: int, state: str) -> JobContext:
