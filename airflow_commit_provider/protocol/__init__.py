@@ -28,6 +28,7 @@ from .errors import (
     MarkerChanging,
     OwnedByTable,
     StorageCapabilityError,
+    TaskInputsChanged,
 )
 from .job import Job
 from .jobsetup import JobContext
@@ -44,6 +45,7 @@ __all__ = [
     "InputsClaimed", "InvalidOutputSpec",
     "JobAlreadyCommitted", "JobConfigMismatch", "Job", "JobContext", "JobIncomplete", "JobLayout", "JobNotSetUp",
     "MarkerChanging", "OwnedByTable", "make_committer",
-    "LocalStore", "OutputCommitter", "StorageCapabilityError", "Store", "TaskAttemptContext", "TaskAttemptWriter",
+    "LocalStore", "OutputCommitter", "StorageCapabilityError", "Store", "TaskAttemptContext",
+    "TaskInputsChanged", "TaskAttemptWriter",
     "TaskOutcome", "check_job_id", "normalize_algorithm", "read_success_marker", "run_task_attempt", "store_for",
 ]
