@@ -11,8 +11,6 @@ with ``x`` and task 2 with ``c``, and the output holds the rows of ``a``, ``x`` 
 from __future__ import annotations
 
 import importlib
-import shutil
-import sys
 from collections import Counter
 from datetime import datetime, timezone
 
@@ -20,7 +18,7 @@ import pytest
 
 from airflow_commit_provider.protocol import read_success_marker
 
-from ..conftest import DAGS_FOLDER, TEST_ROOT, TEST_WORK
+from ..conftest import TEST_ROOT, TEST_WORK, fresh_test_dags
 from ..protocol import scenario as sc
 from .test_recover_valid import states
 
@@ -29,11 +27,7 @@ pytestmark = pytest.mark.airflow
 
 @pytest.fixture
 def dags(airflow_db):
-    if str(DAGS_FOLDER) not in sys.path:
-        sys.path.insert(0, str(DAGS_FOLDER))
-    for path in list(TEST_WORK.iterdir()) + list(TEST_ROOT.iterdir()):
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-    return importlib.import_module("inputs_test_dags")
+    return fresh_test_dags("inputs_test_dags")
 
 
 def calls(dag_id: str, mapped: bool = True) -> Counter:

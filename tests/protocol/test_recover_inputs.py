@@ -24,7 +24,9 @@ from airflow_commit_provider.protocol import FileOutputCommitter, TaskInputsChan
 from airflow_commit_provider.protocol.records.task import TaskCommitRecord
 
 from .scenario import read_rows
+from .tables_worker import committer_for, run_job, task_rows
 from .test_recover_valid import Calls
+from .test_tables import base, expected, fmt, rows  # noqa: F401  (fixtures)
 
 
 def rows_of(item: str) -> pa.Table:
@@ -140,3 +142,29 @@ def test_shards_of_a_task_instance_whose_inputs_changed_all_run_again(tmp_path):
     assert sorted(calls.path.read_text().split()) == ["2", "3"]
     c.commit_job(4)
     assert items_read_back(root) == {"a": 4, "x": 4}
+
+
+def test_a_table_commit_takes_the_rerun_task_not_the_declined_commit(base, tmp_path):
+    """Delta and Iceberg: the table transaction of the cleared run adds task 1's new files (given x: gen 2), not
+    those of its declined commit (given b: gen 1), each row once, read back by the format's own reader."""
+    run_job(base)                                         # an earlier job made the table: gen 0
+    c = committer_for({**base, "job_id": "events-2"})
+    calls = Calls(tmp_path / "calls")
+
+    def write_task(task: int, attempt: int, gen: int, inputs: str) -> str:
+        def produce(w) -> None:
+            calls.note(task)
+            w.write(task_rows(task, 4, gen))
+        return run_task_attempt(c, task, attempt, produce, inputs=inputs).status
+
+    c.setup_job()
+    assert [write_task(t, 1, 1, f"in-{t}") for t in range(3)] == ["committed"] * 3
+    c.abort_job(keep_committed=True)
+    c.setup_job()
+    calls.path.unlink()
+    assert [write_task(t, 2, 2 if t == 1 else 1, "in-x" if t == 1 else f"in-{t}") for t in range(3)] == \
+        ["recovered", "committed", "recovered"]
+    assert calls.path.read_text().split() == ["1"]
+    c.commit_job(3)
+    new = sorted((t * 1000 + i, i % 2, 2 if t == 1 else 1) for t in range(3) for i in range(4))
+    assert rows(base) == sorted(expected() + new)

@@ -385,10 +385,9 @@ class TaskAttempts:
         between), with the markers above withdrawn first (I9). The withdrawn commit's files this attempt does not
         write again are swept by the job commit (or the next abort) as strays of the generation.
 
-        So are the files of a commit that recovery declined because it was made for other inputs than *ta* is
-        given (:meth:`recover`), and of every older commit of the task: recovery only ever adopts the newest
-        earlier commit, and job commit takes this application attempt's record, which this attempt's commit
-        creates before its first move. Their records stay, naming files no reader is owed any more."""
+        So are the files of a commit recovery declined for other inputs (:meth:`recover`) and of every older one:
+        recovery adopts only the newest earlier commit, and job commit takes this attempt's record, created
+        before its first move."""
         own = {p for p in visible if p.rsplit("/", 1)[-1].startswith(ta.file_prefix)}
         if not own:
             return own
@@ -408,14 +407,11 @@ class TaskAttempts:
         """The task's record in application attempt *app*, adopting (Hadoop's recoverTask) the newest earlier
         attempt's commit when *app* has none; ``None`` when no application attempt of the generation committed
         it, when a job commit refused that commit for good (:mod:`..records.refused`: the task then runs
-        again, with the code of now, instead of being recovered into the same refusal), or when that commit was
-        made for other *inputs* than the task is given now (:meth:`.TaskCommitRecord.same_inputs`: its files hold
-        another element's rows; the task runs again, and job commit takes that new commit of this application
-        attempt). *apps*: the generation's application attempts, newest first, and *refused*: its refusals, when
-        the caller read them already.
-
-        A commit of *app* itself made for other inputs cannot be replaced (the record's creation was the task's
-        decision in *app*): :class:`TaskInputsChanged`, before anything runs, says to clear the whole run."""
+        again, with the code of now, instead of being recovered into the same refusal), or when it was made for
+        other *inputs* (:meth:`.TaskCommitRecord.same_inputs`: the task runs again, and job commit takes that new
+        commit). *apps*: the generation's application attempts, newest first, and *refused*: its refusals, when
+        the caller read them already. A commit of *app* itself for other inputs cannot be replaced (its record
+        was the task's decision there): :class:`TaskInputsChanged`, before anything runs."""
         rec = self.record(app, task, job.job_uuid)
         if rec is not None:
             if not rec.same_inputs(inputs):
