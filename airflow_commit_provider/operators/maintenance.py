@@ -14,8 +14,8 @@ from ..hooks.storage import CommitStorageHook
 from ..protocol import CommitConfig
 from ..protocol.maintenance.compaction import compact
 from ..protocol.maintenance.dedup import find_duplicates, remove_duplicates, summary_lines
-from .commit import make_job_id
 from .failures import fail_fast_on_deterministic_errors
+from .identity import job_names, make_job_id
 
 
 class DeduplicateOutputOperator(BaseOperator):
@@ -73,8 +73,10 @@ class CompactOutputOperator(BaseOperator):
         self.target, self.conn_id, self.target_size = target, conn_id, target_size
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        job_id = make_job_id(context["dag"].dag_id, context["run_id"], f"compact-{self.task_id}")
-        config = CommitConfig(algorithm=1, mode="append",
+        names = job_names(context["dag"].dag_id, context["run_id"], f"compact-{self.task_id}")
+        job_id = make_job_id(**names)
+        # named as a compaction too: a stage someone called "compact-<task id>" is another job, refused at set-up
+        config = CommitConfig(algorithm=1, mode="append", names={**names, "compaction": self.task_id},
                               labels={"dag_id": context["dag"].dag_id, "run_id": context["run_id"]})
         with fail_fast_on_deterministic_errors():
             committer = CommitStorageHook(self.conn_id).make_committer(self.target, job_id, config)

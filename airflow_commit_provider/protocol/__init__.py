@@ -23,9 +23,11 @@ from .errors import (
     InvalidOutputSpec,
     JobAlreadyCommitted,
     JobConfigMismatch,
+    JobIdentityCollision,
     JobIncomplete,
     JobNotSetUp,
     MarkerChanging,
+    OverlappingRun,
     OwnedByTable,
     StorageCapabilityError,
     TaskInputsChanged,
@@ -34,6 +36,7 @@ from .job import Job
 from .jobsetup import JobContext
 from .layout import JobLayout, check_job_id
 from .modes import MODES
+from .config import RunOwner
 from .records.success import read_success_marker
 from .stores import LocalStore, Store, store_for
 from .tasks.attempts import TaskAttemptContext
@@ -43,9 +46,9 @@ from .tasks.writer import TaskAttemptWriter
 __all__ = [
     "MODES", "CommitConfig", "CommitDenied", "CommitProtocolError", "CorruptRecord", "FileOutputCommitter", "InputsChanged",
     "InputsClaimed", "InvalidOutputSpec",
-    "JobAlreadyCommitted", "JobConfigMismatch", "Job", "JobContext", "JobIncomplete", "JobLayout", "JobNotSetUp",
-    "MarkerChanging", "OwnedByTable", "make_committer",
-    "LocalStore", "OutputCommitter", "StorageCapabilityError", "Store", "TaskAttemptContext",
-    "TaskInputsChanged", "TaskAttemptWriter",
+    "JobAlreadyCommitted", "JobConfigMismatch", "Job", "JobContext", "JobIdentityCollision", "JobIncomplete",
+    "JobLayout", "JobNotSetUp", "MarkerChanging", "OverlappingRun", "OwnedByTable", "RunOwner", "make_committer",
+    "LocalStore", "OutputCommitter", "StorageCapabilityError", "Store", "TaskAttemptContext", "TaskAttemptWriter",
+    "TaskInputsChanged",
     "TaskOutcome", "check_job_id", "normalize_algorithm", "read_success_marker", "run_task_attempt", "store_for",
 ]

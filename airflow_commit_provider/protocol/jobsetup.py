@@ -11,13 +11,15 @@ from typing import Any
 
 from . import records
 from .abort import abort_job
-from .errors import CommitProtocolError, InvalidOutputSpec
+from .errors import CommitProtocolError, InvalidOutputSpec, OverlappingRun
 from .faults import inject
 from .job import Job
 from .layout import COMMITS
+from .owners import RunFinished, still_running
 from .paths import check_relative
 from .records.inputs import record_inputs
 from .records.job import JobRecord, Replaces
+from .tables.ownership import refuse_file_job
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,8 @@ class JobContext:
         return asdict(self)
 
 
-def setup_job(scope: Job, *, replace_files: Iterable[str] = (), replace_first: bool = False) -> JobContext:
+def setup_job(scope: Job, *, replace_files: Iterable[str] = (), replace_first: bool = False,
+              run_finished: RunFinished | None = None) -> JobContext:
     """See :meth:`~.committer.FileOutputCommitter.setup_job`."""
     check_target(scope)
     if scope.target_claim:
@@ -51,14 +54,18 @@ def setup_job(scope: Job, *, replace_files: Iterable[str] = (), replace_first: b
     if job is None:
         job = create_job_record(scope, [check_relative(f) for f in replace_files], replace_first)
     scope.check_config(job)
+    apps = scope.app_attempts(job)
+    if apps:   # before the plan: a run still committing the job is not joined either
+        check_no_overlap(scope, job, apps[0], run_finished)
     plan = scope.commit_plan(job)
     if plan is not None:
         return context(scope, job, plan.app_attempt, "committing")
-    apps = scope.app_attempts(job)
     app = apps[0] + 1 if apps else job.first_app_attempt
+    owner = {"owner": scope.config.owner.to_dict()} if scope.config.owner is not None else {}
     while True:
         marker = records.dumps("app-attempt", {"app_attempt": app, "job_uuid": job.job_uuid,
-                                               "started": records.now_iso(), "labels": scope.config.labels})
+                                               "started": records.now_iso(), "labels": scope.config.labels,
+                                               **owner})
         if scope.store.create_exclusive(scope.layout.app_marker(app), marker):
             break
         app += 1
@@ -90,6 +97,20 @@ def start_over(scope: Job, job: JobRecord) -> JobRecord | None:
     return scope.job_record()
 
 
+def check_no_overlap(scope: Job, job: JobRecord, app: int, run_finished: RunFinished | None) -> None:
+    """:class:`OverlappingRun` when another run owns the job's current application attempt *app* and has not
+    ended (:mod:`.owners`): neither the job's records (its teardown's abort record) nor *run_finished* (the
+    scheduler) says it did. A run that ended is taken over: the attempt this setup opens recovers its commits."""
+    other = scope.other_owner(app, job)
+    if other is None or scope.attempt_ended(app, job):
+        return
+    finished = run_finished(other) if run_finished is not None else None
+    if finished is True:
+        return
+    marker = records.read(scope.store, scope.layout.app_marker(app), "app-attempt") or {}
+    raise OverlappingRun(still_running(scope.job_id, other, app, marker.get("started"), finished), other, app)
+
+
 def context(scope: Job, job: JobRecord, app: int, state: str) -> JobContext:
     return JobContext(job_id=scope.job_id, job_uuid=job.job_uuid, generation=job.generation,
                       app_attempt=app, first_app_attempt=job.first_app_attempt, state=state)
@@ -97,9 +118,13 @@ def context(scope: Job, job: JobRecord, app: int, state: str) -> JobContext:
 
 def check_target(scope: Job) -> None:
     """The output root is a directory (or absent), and ``_temporary`` and ``_commits`` below it are no link and on
-    the same volume: found here, not at a rename half way through the commit."""
+    the same volume: found here, not at a rename half way through the commit. A job of files (no table) refuses a
+    root that is, lies inside or holds a table (:func:`~.tables.ownership.refuse_file_job`): in every mode its
+    commit would delete files the table's log names or add files it does not; a table job's root is its table."""
     if scope.store.exists("") and not scope.store.isdir(""):
         raise InvalidOutputSpec(f"output root {scope.store.url()} is a file, not a directory")
+    if scope.table is None:
+        refuse_file_job(scope.store, scope.mode.name)
     scope.store.check_tree([scope.layout.job_dir, COMMITS])
 
 
@@ -109,6 +134,8 @@ def create_job_record(scope: Job, replace_files: list[str], replace_first: bool)
     replaces = None
     generation, first_app = 0, 0
     if log is not None:
+        scope.check_names(log.names, f"the commit log {scope.store.url(scope.layout.commit_log)} of its generation "
+                                     f"{log.generation}")
         generation, first_app = log.generation + 1, log.app_attempt + 1
         replaces = Replaces(log.job_uuid, log.generation, tuple(f["path"] for f in log.files))
     scope.remove_stale_abort_records()
@@ -122,7 +149,7 @@ def create_job_record(scope: Job, replace_files: list[str], replace_first: bool)
     record = JobRecord(identity["committer"], identity["algorithm"], scope.mode.name, scope.config.partition_by,
                        scope.job_id, str(uuid.uuid4()), generation, first_app, records.now_iso(),
                        scope.config.labels, replaces, tuple(replace_files), replace_first, inputs,
-                       identity.get("table"))
+                       identity.get("table"), scope.config.names or None)
     scope.store.create_exclusive(scope.layout.job_record, record.to_json())
     job = scope.job_record()
     if job is None:  # pragma: no cover - created just above, or by a concurrent setup

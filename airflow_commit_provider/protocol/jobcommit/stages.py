@@ -344,7 +344,8 @@ def build_manifest(scope: Job, job: JobRecord, plan: Plan, resumed: bool, rename
         replaced_generation=job.replaces.job_uuid if job.replaces else None,
         diagnostics={"resumed": resumed, "commit_threads": scope.commit_threads, "store": scope.store.protocol,
                      "visibility": scope.publisher.visibility, "warnings": warnings, "pid": os.getpid(),
-                     "directories_renamed": renamed})
+                     "directories_renamed": renamed},
+        names=None if job.names is None else dict(job.names))
 
 
 def check_tree(scope: Job, recs: Iterable[TaskCommitRecord]) -> None:

@@ -42,6 +42,7 @@ from .dedupjob import run_plan, stored_plan
 from .dedupplan import DedupPlan, Deletion, LeftAlone, Undecided
 from ..errors import DedupInProgress
 from .filenames import HADOOP, HIVE, SPARK, TaskFile, is_foreign_staging, is_hive_transaction_dir, parse_task_file
+from ..history import commit_log_jobs
 from ..records.job import CommitLog
 from ..layout import COMMITS, SUCCESS, TEMPORARY, JobLayout
 from ..records.success import marker_dirs_above
@@ -119,12 +120,10 @@ def _scan_in_flight(store: Store, visible: Iterable[str]) -> _InFlight:
 def _committed_logs(store: Store) -> dict[str, tuple[str, CommitLog]]:
     """job uuid -> (job id, commit log) of every job this provider committed into the root."""
     logs = {}
-    for name in store.list_dir(COMMITS):
-        # job ids start with a letter or digit: other names there are not commit logs (the error-mode claim)
-        if name.endswith(".json") and not is_hidden(name):
-            log = CommitLog.read(store, f"{COMMITS}/{name}")
-            if log is not None:
-                logs[log.job_uuid] = (name[:-5], log)
+    for job in commit_log_jobs(store.list_dir(COMMITS)):
+        log = CommitLog.read(store, f"{COMMITS}/{job}.json")
+        if log is not None:
+            logs[log.job_uuid] = (job, log)
     return logs
 
 
