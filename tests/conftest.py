@@ -8,12 +8,14 @@ fixture, so protocol-only runs never pay for it.
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -74,6 +76,16 @@ def airflow_db() -> Path:
     airflow = Path(sys.executable).with_name("airflow")
     subprocess.run([str(airflow), "db", "migrate"], check=True, capture_output=True, env=os.environ.copy())
     return AIRFLOW_HOME
+
+
+def fresh_test_dags(module: str) -> ModuleType:
+    """The test DAG module *module* (from the session's DAGs folder), with the outputs and the control files of
+    earlier tests removed: what a ``dags`` fixture of an Airflow test module returns."""
+    if str(DAGS_FOLDER) not in sys.path:
+        sys.path.insert(0, str(DAGS_FOLDER))
+    for path in list(TEST_WORK.iterdir()) + list(TEST_ROOT.iterdir()):
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return importlib.import_module(module)
 
 
 @pytest.fixture(autouse=True)

@@ -33,6 +33,7 @@ from ..protocol.modes import check_mode
 from ..protocol.tables import FORMATS as TABLE_FORMATS, TableTarget, table_target
 from .failures import DETERMINISTIC_ERRORS, fail_fast_on_deterministic_errors
 from .identity import job_names, make_job_id
+from .inputs import inputs_digest
 from .lineage import CommitLineageMixin
 from .hints import leftover_hint, purge_command
 from .overlap import run_finished, run_owner
@@ -412,8 +413,10 @@ class CommitWriteOperator(CommitBaseOperator):
         attempt = ti.try_number
         committer = self.committer(context)
         self._check_shards(committer)   # before the user's code: the DAG may have changed since the setup
+        # what this task instance was given (rendered): a commit made for other inputs is not recovered
+        inputs = inputs_digest(self.op_args, self.op_kwargs)
         if self.shards_per_task != 1:
-            return self._write_shards(committer, context, task, attempt, {**context, **self.op_kwargs})
+            return self._write_shards(committer, context, task, attempt, {**context, **self.op_kwargs}, inputs)
         # one shard: the same callable runs at any shards_per_task (the user's own arguments of those names win)
         call_kwargs = {"shard_index": 0, "shards_per_task": 1, "task_number": task, **context, **self.op_kwargs}
 
@@ -422,7 +425,7 @@ class CommitWriteOperator(CommitBaseOperator):
 
         try:
             outcome = run_task_attempt(committer, task, attempt, produce, compression=self.compression,
-                                       max_rows_per_file=self.max_rows_per_file)
+                                       max_rows_per_file=self.max_rows_per_file, inputs=inputs)
         except CommitDenied as denied:
             self.log.error("task attempt %s of task %s was denied: %s", attempt, task, denied)
             raise
@@ -434,7 +437,7 @@ class CommitWriteOperator(CommitBaseOperator):
         return summary
 
     def _write_shards(self, first: FileOutputCommitter, context: Mapping[str, Any], map_index: int, attempt: int,
-                      call_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+                      call_kwargs: Mapping[str, Any], inputs: str) -> dict[str, Any]:
         # *first*: the task instance's committer; every shard's shares its store (and the connection behind it)
         n = self.shards_per_task
 
@@ -443,7 +446,7 @@ class CommitWriteOperator(CommitBaseOperator):
 
         outcome = run_shards(lambda: FileOutputCommitter(first.store, first.job_id, first.config), map_index, n,
                              attempt, produce, threads=self.shard_threads, compression=self.compression,
-                             max_rows_per_file=self.max_rows_per_file, fatal=DETERMINISTIC_ERRORS)
+                             max_rows_per_file=self.max_rows_per_file, fatal=DETERMINISTIC_ERRORS, inputs=inputs)
         summary = outcome.to_dict()
         self.log.info("task instance %s attempt %s: %s shards (tasks %s-%s): %s; ran the callable for shards %s; "
                       "%s files, %s rows", map_index, attempt, n, summary["tasks"][0], summary["tasks"][-1],

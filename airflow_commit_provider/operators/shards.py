@@ -126,7 +126,7 @@ ShardProduce = Callable[[int, int, TaskAttemptWriter], Any]
 def run_shards(committer: Callable[[], FileOutputCommitter], map_index: int, shards_per_task: int, attempt: int,
                produce: ShardProduce, *, threads: int | None = None, compression: str = "snappy",
                max_rows_per_file: int | None = None,
-               fatal: tuple[type[BaseException], ...] = ()) -> ShardsOutcome:
+               fatal: tuple[type[BaseException], ...] = (), inputs: str | None = None) -> ShardsOutcome:
     """Run attempt *attempt* of every shard of task instance *map_index*, at most *threads* at once (default
     ``min(shards_per_task, DEFAULT_SHARD_THREADS)``; 1 runs them in order in this thread).
 
@@ -134,7 +134,8 @@ def run_shards(committer: Callable[[], FileOutputCommitter], map_index: int, sha
     *produce(shard_index, task, writer)* writes one shard; it is called only for shards not committed yet. Every
     shard runs even when another fails, so that a retry has only the failed ones left; then the first failure is
     raised: a *fatal* one (no retry can cure it: the operator passes its deterministic errors) itself, any other as
-    :class:`ShardsFailed` from the first.
+    :class:`ShardsFailed` from the first. *inputs*: the digest of what the task instance was given, which is what
+    each of its shards was given (:func:`~..protocol.run_task_attempt`): when it changed, every shard runs again.
     """
     tasks = shard_tasks(map_index, shards_per_task)
     workers = min(shards_per_task, threads or DEFAULT_SHARD_THREADS)
@@ -142,7 +143,7 @@ def run_shards(committer: Callable[[], FileOutputCommitter], map_index: int, sha
     def one(task: int) -> TaskOutcome:
         shard = task - tasks.start
         return run_task_attempt(committer(), task, attempt, lambda writer: produce(shard, task, writer),
-                                compression=compression, max_rows_per_file=max_rows_per_file)
+                                compression=compression, max_rows_per_file=max_rows_per_file, inputs=inputs)
 
     results: dict[int, TaskOutcome] = {}
     failed: dict[int, BaseException] = {}

@@ -30,6 +30,7 @@ from .errors import (
     OverlappingRun,
     OwnedByTable,
     StorageCapabilityError,
+    TaskInputsChanged,
 )
 from .job import Job
 from .jobsetup import JobContext
@@ -48,5 +49,6 @@ __all__ = [
     "JobAlreadyCommitted", "JobConfigMismatch", "Job", "JobContext", "JobIdentityCollision", "JobIncomplete",
     "JobLayout", "JobNotSetUp", "MarkerChanging", "OverlappingRun", "OwnedByTable", "RunOwner", "make_committer",
     "LocalStore", "OutputCommitter", "StorageCapabilityError", "Store", "TaskAttemptContext", "TaskAttemptWriter",
+    "TaskInputsChanged",
     "TaskOutcome", "check_job_id", "normalize_algorithm", "read_success_marker", "run_task_attempt", "store_for",
 ]

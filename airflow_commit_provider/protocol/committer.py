@@ -52,7 +52,7 @@ class OutputCommitter(ABC):
                   run_finished: RunFinished | None = None) -> JobContext: ...
 
     @abstractmethod
-    def setup_task(self, task: int, attempt: int) -> TaskAttemptContext: ...
+    def setup_task(self, task: int, attempt: int, *, inputs: str | None = None) -> TaskAttemptContext: ...
 
     @abstractmethod
     def needs_task_commit(self, ta: TaskAttemptContext) -> bool: ...
@@ -65,7 +65,7 @@ class OutputCommitter(ABC):
     def abort_task(self, ta: TaskAttemptContext) -> bool: ...
 
     @abstractmethod
-    def recover_task(self, task: int) -> dict[str, Any] | None: ...
+    def recover_task(self, task: int, *, inputs: str | None = None) -> dict[str, Any] | None: ...
 
     def is_recovery_supported(self) -> bool:
         return True
@@ -182,15 +182,16 @@ class FileOutputCommitter(OutputCommitter):
                          run_finished=run_finished)
 
     # ------------------------------------------------------------------ task attempts (:mod:`.tasks.attempts`)
-    def setup_task(self, task: int, attempt: int) -> TaskAttemptContext:
-        """Create the work directory of one task attempt in the current application attempt.
+    def setup_task(self, task: int, attempt: int, *, inputs: str | None = None) -> TaskAttemptContext:
+        """Create the work directory of one task attempt in the current application attempt; *inputs* (an opaque
+        digest of what the attempt was given) goes into its commit record, for :meth:`recover_task`.
 
         The attempt leaves a trace first (see :mod:`.attempts`), and every earlier attempt of the task in this
         application attempt that has neither committed nor been recorded failed is recorded failed now and its
         files removed: a new Airflow try means the earlier one was killed or lost, and if it is in fact a zombie
         still running, it can no longer commit. Attempt numbers must grow (Airflow's try numbers do).
         """
-        return self.attempts.setup(task, attempt)
+        return self.attempts.setup(task, attempt, inputs=inputs)
 
     def needs_task_commit(self, ta: TaskAttemptContext) -> bool:
         """Every attempt needs a commit record, even with no files (job commit counts tasks, I3); ``False``
@@ -223,37 +224,41 @@ class FileOutputCommitter(OutputCommitter):
         """
         return self.attempts.abort(ta)
 
-    def recover_task(self, task: int) -> dict[str, Any] | None:
+    def recover_task(self, task: int, *, inputs: str | None = None) -> dict[str, Any] | None:
         """The task's commit record in the current application attempt, adopting one from an earlier attempt.
 
         Hadoop moves ``<app-1>/<task>`` into ``<app>``; we create a record in the current attempt that points at the
         earlier attempt's committed data, so recovery is one atomic step with no data moved (no copy on S3).
         ``None`` when no application attempt of this generation committed the task, or when a job commit refused
         its commit for good (a schema the table lacks: :mod:`.records.refused`), so that it runs again.
+
+        *inputs*: an opaque digest of what the task is given now (the write operators: its rendered arguments).
+        A commit made for other inputs is not recovered either (``None``: the task runs again with them); one of
+        the current application attempt raises :class:`TaskInputsChanged`. ``None`` on either side: any inputs.
         """
         check_number(task, "task")
         job = self.job.require_job()
-        return self._recover(job, task)[0]
+        return self._recover(job, task, inputs)[0]
 
-    def recover_or_setup_task(self, task: int,
-                              attempt: int) -> tuple[dict[str, Any] | None, TaskAttemptContext | None]:
+    def recover_or_setup_task(self, task: int, attempt: int, *, inputs: str | None = None
+                              ) -> tuple[dict[str, Any] | None, TaskAttemptContext | None]:
         """:meth:`recover_task`, then, when the task is not committed, :meth:`setup_task` of *attempt*: ``(record,
         None)`` or ``(None, context)``. What a write task does first, with the job record and the application
-        attempts read once for both steps (on S3 each read is a request)."""
+        attempts read once for both steps (on S3 each read is a request). *inputs*: as for both."""
         check_number(task, "task")
         check_number(attempt, "attempt")
         job = self.job.require_job()
-        rec, app = self._recover(job, task)
+        rec, app = self._recover(job, task, inputs)
         if rec is not None:
             return rec, None
-        return None, self.attempts.setup(task, attempt, job, app)
+        return None, self.attempts.setup(task, attempt, job, app, inputs)
 
-    def _recover(self, job: JobRecord, task: int) -> tuple[dict[str, Any] | None, int]:
+    def _recover(self, job: JobRecord, task: int, inputs: str | None) -> tuple[dict[str, Any] | None, int]:
         """The task's record (recovered, or ``None``) and the current application attempt, from one listing of
         the job directory (the application attempts and the commits a job commit refused are named there)."""
         names = self.store.list_dir(self.layout.job_dir)
         apps = self.job.own_app_attempts(job, names)
-        rec = self.attempts.recover(job, apps[0], task, apps, self.job.refused_tasks(job, names))
+        rec = self.attempts.recover(job, apps[0], task, apps, self.job.refused_tasks(job, names), inputs)
         return (None if rec is None else rec.to_doc()), apps[0]
 
     # ------------------------------------------------------------------ job commit

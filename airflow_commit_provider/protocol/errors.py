@@ -96,6 +96,13 @@ class InputsChanged(CommitProtocolError):
         self.paths = paths
 
 
+class TaskInputsChanged(InvalidOutputSpec):
+    """A write task asked to run with other inputs than those its commit in the current application attempt was
+    made for: a task commits once per application attempt, so it can neither be recovered (the files hold what it
+    was given then) nor commit again there. Raised before the task's code runs; a clear of the whole run (a new
+    application attempt) runs it again with its inputs of now."""
+
+
 class InputsClaimed(CommitProtocolError):
     """Another compaction, still running (or failed and not aborted), holds the claim on an input: only one
     compaction at a time may delete a file. Raised before anything was merged or changed."""

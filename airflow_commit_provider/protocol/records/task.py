@@ -19,6 +19,8 @@ field                       meaning
 ``files``                   :class:`FileEntry` per file, sorted by path
 ``original_app_attempt``    adopted records only: the application attempt the task committed in
 ``recovered``               adopted records only: when it was adopted
+``inputs``                  what the task was given (an opaque digest from the caller, see
+                            :meth:`TaskCommitRecord.same_inputs`); absent: not known (an earlier release)
 ==========================  ==============================================================================
 """
 
@@ -104,6 +106,13 @@ class TaskCommitRecord:
     files: tuple[FileEntry, ...]
     original_app_attempt: int | None = None
     recovered: str | None = None
+    inputs: str | None = None
+
+    def same_inputs(self, inputs: str | None) -> bool:
+        """Whether this commit was made for *inputs* (the digest of what a write task is given now), so that it
+        may be recovered for them: equal digests, or either unknown (``None``: a record of an earlier release, or
+        a caller that does not say), which keeps recovering what upgrades and bare protocol users recovered."""
+        return self.inputs is None or inputs is None or self.inputs == inputs
 
     @property
     def adopted(self) -> bool:
@@ -135,6 +144,8 @@ class TaskCommitRecord:
             body["original_app_attempt"] = self.original_app_attempt
         if self.recovered is not None:
             body["recovered"] = self.recovered
+        if self.inputs is not None:
+            body["inputs"] = self.inputs
         return body
 
     def to_doc(self) -> dict[str, Any]:
@@ -179,14 +190,14 @@ class TaskCommitRecord:
                 entries.append(FileEntry(path, size, rows, owner))
         except (KeyError, TypeError):
             return cls._checked(doc, where)
-        original, recovered = doc.get("original_app_attempt"), doc.get("recovered")
+        original, recovered, inputs = doc.get("original_app_attempt"), doc.get("recovered"), doc.get("inputs")
         if (type(job_id) is str and type(job_uuid) is str and type(task) is int and type(attempt) is int
                 and type(app) is int and type(work_dir) is str and type(data_dir) is str
                 and (adopted_from is None or type(adopted_from) is int) and type(committed) is str
                 and (original is None or type(original) is int) and (recovered is None or type(recovered) is str)
-                and type(files) is list):
+                and (inputs is None or type(inputs) is str) and type(files) is list):
             return cls(job_id, job_uuid, task, attempt, app, work_dir, data_dir, adopted_from, committed,
-                       tuple(entries), original, recovered)
+                       tuple(entries), original, recovered, inputs)
         return cls._checked(doc, where)
 
     @classmethod
@@ -200,6 +211,7 @@ class TaskCommitRecord:
             _get(doc, "recovered_from_app", int, where, nullable=True), _get(doc, "committed", str, where),
             tuple(FileEntry.from_doc(f, where, i) for i, f in enumerate(files)),
             _get(doc, "original_app_attempt", int, where, nullable=True, required=False),
-            _get(doc, "recovered", str, where, nullable=True, required=False))
+            _get(doc, "recovered", str, where, nullable=True, required=False),
+            _get(doc, "inputs", str, where, nullable=True, required=False))
 
 __all__ = ["FileEntry", "KIND", "TaskCommitRecord"]

@@ -18,7 +18,7 @@ from typing import Any
 from .. import records
 from .ledger import COMMITTING, FAILED
 from ..config import check_number
-from ..errors import CommitDenied, CorruptRecord, InvalidOutputSpec
+from ..errors import CommitDenied, CorruptRecord, InvalidOutputSpec, TaskInputsChanged
 from ..faults import inject
 from ..paths import partition_of
 from ..job import Job
@@ -41,6 +41,8 @@ class TaskAttemptContext:
     task: int
     attempt: int
     work_dir: str
+    #: what the attempt was given (an opaque digest, :meth:`.TaskCommitRecord.same_inputs`): its commit records it
+    inputs: str | None = None
 
     @property
     def name(self) -> str:
@@ -83,22 +85,23 @@ class TaskAttempts:
         """How the task side's log lines name an attempt."""
         return f"job {self.job.job_id} task {task} attempt {attempt}"
 
-    def setup(self, task: int, attempt: int, job: JobRecord | None = None,
-              app: int | None = None) -> TaskAttemptContext:
+    def setup(self, task: int, attempt: int, job: JobRecord | None = None, app: int | None = None,
+              inputs: str | None = None) -> TaskAttemptContext:
         """See :meth:`~.committer.FileOutputCommitter.setup_task` (timed and logged as ``setup_task``). *job* and
         *app*: the job record and the current application attempt when the caller has just read them (the task's
-        recovery check, one step before)."""
+        recovery check, one step before); *inputs*: what the attempt was given, which its commit records."""
         with timed(self.store, self.owner(task, attempt), "setup_task"):
-            return self._setup(task, attempt, job, app)
+            return self._setup(task, attempt, job, app, inputs)
 
-    def _setup(self, task: int, attempt: int, job: JobRecord | None, app: int | None) -> TaskAttemptContext:
+    def _setup(self, task: int, attempt: int, job: JobRecord | None, app: int | None,
+               inputs: str | None) -> TaskAttemptContext:
         check_number(task, "task")
         check_number(attempt, "attempt")
         if job is None or app is None:
             job = self.job.require_job()
             app = self.job.own_app_attempts(job)[0]
         ta = TaskAttemptContext(self.job.job_id, job.job_uuid, app, task, attempt,
-                                self.layout.attempt_dir(app, task, attempt))
+                                self.layout.attempt_dir(app, task, attempt), inputs)
         self.ledger.start(app, task, attempt)
         self.publisher.begin_attempt(ta.work_dir)
         fenced = False
@@ -364,7 +367,8 @@ class TaskAttempts:
         data_dir = self.publisher.data_dir(ta.app_attempt, ta.work_dir)
         return TaskCommitRecord(job_id=self.job.job_id, job_uuid=ta.job_uuid, task=ta.task, attempt=ta.attempt,
                                 app_attempt=ta.app_attempt, work_dir=ta.work_dir, data_dir=data_dir,
-                                recovered_from_app=None, committed=records.now_iso(), files=tuple(files))
+                                recovered_from_app=None, committed=records.now_iso(), files=tuple(files),
+                                inputs=ta.inputs)
 
     def withdrawn_files(self, ta: TaskAttemptContext, visible: Sequence[str]) -> set[str]:
         """Those of *visible* (files found at names attempt *ta* is about to publish) that a withdrawn commit of the
@@ -379,26 +383,45 @@ class TaskAttempts:
         its attempt failed). So they belong to an attempt recorded failed, whose commit can never come back; the
         moves after this attempt's record replace them one by one, each atomically (I1: never an empty name in
         between), with the markers above withdrawn first (I9). The withdrawn commit's files this attempt does not
-        write again are swept by the job commit (or the next abort) as strays of the generation."""
+        write again are swept by the job commit (or the next abort) as strays of the generation.
+
+        So are the files of a commit recovery declined for other inputs (:meth:`recover`) and of every older one:
+        recovery adopts only the newest earlier commit, and job commit takes this attempt's record, created
+        before its first move."""
         own = {p for p in visible if p.rsplit("/", 1)[-1].startswith(ta.file_prefix)}
         if not own:
             return own
-        for app in self.job.app_attempts(self.job.require_job()):
+        superseded = False
+        for app in self.job.app_attempts(self.job.require_job()):   # newest first
             rec = self.record(app, ta.task, ta.job_uuid)
-            if rec is not None:
+            if rec is None:
+                continue
+            superseded = superseded or (app < ta.app_attempt and not rec.same_inputs(ta.inputs))
+            if not superseded:
                 own -= {f.path for f in rec.files}
         return own
 
     # ------------------------------------------------------------------ recovery
     def recover(self, job: JobRecord, app: int, task: int, apps: Sequence[int] | None = None,
-                refused: RefusedTasks | None = None) -> TaskCommitRecord | None:
+                refused: RefusedTasks | None = None, inputs: str | None = None) -> TaskCommitRecord | None:
         """The task's record in application attempt *app*, adopting (Hadoop's recoverTask) the newest earlier
         attempt's commit when *app* has none; ``None`` when no application attempt of the generation committed
-        it, or when a job commit refused that commit for good (:mod:`..records.refused`: the task then runs
-        again, with the code of now, instead of being recovered into the same refusal). *apps*: the generation's
-        application attempts, newest first, and *refused*: its refusals, when the caller read them already."""
+        it, when a job commit refused that commit for good (:mod:`..records.refused`: the task then runs
+        again, with the code of now, instead of being recovered into the same refusal), or when it was made for
+        other *inputs* (:meth:`.TaskCommitRecord.same_inputs`: the task runs again, and job commit takes that new
+        commit). *apps*: the generation's application attempts, newest first, and *refused*: its refusals, when
+        the caller read them already. A commit of *app* itself for other inputs cannot be replaced (its record
+        was the task's decision there): :class:`TaskInputsChanged`, before anything runs."""
         rec = self.record(app, task, job.job_uuid)
         if rec is not None:
+            if not rec.same_inputs(inputs):
+                raise TaskInputsChanged(
+                    f"task {task} of job {self.job.job_id} was committed in application attempt "
+                    f"{rec.committed_in_app} (attempt {rec.attempt}) with other inputs ({rec.inputs}; it is given "
+                    f"{inputs} now): its files hold what it was given then, and a task commits once per "
+                    "application attempt. To write what it is given now, clear the whole DAG run (the stage's "
+                    "setup included: the next application attempt runs the task again); to keep that commit, "
+                    "restore the task's inputs")
             return rec
         for old_app in self.job.app_attempts(job) if apps is None else apps:
             if old_app >= app:
@@ -412,6 +435,11 @@ class TaskAttempts:
                 log.warning("task %d: its commit (attempt %d, application attempt %d) was refused by a job commit "
                             "(%s): it is run again, not recovered", task, old.attempt, old.committed_in_app,
                             refused.reason(task))
+                return None
+            if not old.same_inputs(inputs):
+                log.warning("task %d: its commit (attempt %d, application attempt %d) was given other inputs (%s; "
+                            "the task is given %s now): it is run again, not recovered", task, old.attempt,
+                            old.committed_in_app, old.inputs, inputs)
                 return None
             self.publisher.complete_task_commit(old)
             inject("recover_task.before_record")

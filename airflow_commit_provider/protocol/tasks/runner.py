@@ -48,8 +48,10 @@ class TaskOutcome:
 
 def run_task_attempt(committer: FileOutputCommitter, task: int, attempt: int,
                      produce: Callable[[TaskAttemptWriter], Any], *, compression: str = "snappy",
-                     max_rows_per_file: int | None = None) -> TaskOutcome:
-    """Run attempt *attempt* of task *task*: *produce* is called only when the task is not committed yet.
+                     max_rows_per_file: int | None = None, inputs: str | None = None) -> TaskOutcome:
+    """Run attempt *attempt* of task *task*: *produce* is called only when the task is not committed yet -- for
+    *inputs* (an opaque digest of what the task is given, recorded by its commit; ``None``: any), see
+    :meth:`~.committer.FileOutputCommitter.recover_task`.
 
     *produce* receives a :class:`TaskAttemptWriter` (``write`` pyarrow data or ``open_file``). On any exception the
     attempt is aborted (marked failed, files removed) and the exception propagates. A denied attempt whose task was
@@ -57,7 +59,7 @@ def run_task_attempt(committer: FileOutputCommitter, task: int, attempt: int,
     raises :class:`CommitDenied`.
     """
     try:
-        existing, ta = committer.recover_or_setup_task(task, attempt)
+        existing, ta = committer.recover_or_setup_task(task, attempt, inputs=inputs)
     except JobAlreadyCommitted:
         # A late (zombie) or repeated try after the job committed: the task is done; report what was committed.
         return TaskOutcome("already_committed", task, attempt, committer.committed_task_record(task),
