@@ -19,6 +19,9 @@ field                       meaning
 ``files``                   :class:`FileEntry` per file, sorted by path
 ``original_app_attempt``    adopted records only: the application attempt the task committed in
 ``recovered``               adopted records only: when it was adopted
+``schema``                  only when the attempt wrote Parquet through its writer: the digest of its files'
+                            Arrow schema (:func:`..schemas.schema_digest`), what a directory job's commit
+                            compares (one schema per job) without reading a footer
 ==========================  ==============================================================================
 """
 
@@ -104,6 +107,7 @@ class TaskCommitRecord:
     files: tuple[FileEntry, ...]
     original_app_attempt: int | None = None
     recovered: str | None = None
+    schema: str | None = None
 
     @property
     def adopted(self) -> bool:
@@ -135,6 +139,8 @@ class TaskCommitRecord:
             body["original_app_attempt"] = self.original_app_attempt
         if self.recovered is not None:
             body["recovered"] = self.recovered
+        if self.schema is not None:
+            body["schema"] = self.schema
         return body
 
     def to_doc(self) -> dict[str, Any]:
@@ -179,14 +185,14 @@ class TaskCommitRecord:
                 entries.append(FileEntry(path, size, rows, owner))
         except (KeyError, TypeError):
             return cls._checked(doc, where)
-        original, recovered = doc.get("original_app_attempt"), doc.get("recovered")
+        original, recovered, schema = doc.get("original_app_attempt"), doc.get("recovered"), doc.get("schema")
         if (type(job_id) is str and type(job_uuid) is str and type(task) is int and type(attempt) is int
                 and type(app) is int and type(work_dir) is str and type(data_dir) is str
                 and (adopted_from is None or type(adopted_from) is int) and type(committed) is str
                 and (original is None or type(original) is int) and (recovered is None or type(recovered) is str)
-                and type(files) is list):
+                and (schema is None or type(schema) is str) and type(files) is list):
             return cls(job_id, job_uuid, task, attempt, app, work_dir, data_dir, adopted_from, committed,
-                       tuple(entries), original, recovered)
+                       tuple(entries), original, recovered, schema)
         return cls._checked(doc, where)
 
     @classmethod
@@ -200,6 +206,7 @@ class TaskCommitRecord:
             _get(doc, "recovered_from_app", int, where, nullable=True), _get(doc, "committed", str, where),
             tuple(FileEntry.from_doc(f, where, i) for i, f in enumerate(files)),
             _get(doc, "original_app_attempt", int, where, nullable=True, required=False),
-            _get(doc, "recovered", str, where, nullable=True, required=False))
+            _get(doc, "recovered", str, where, nullable=True, required=False),
+            _get(doc, "schema", str, where, nullable=True, required=False))
 
 __all__ = ["FileEntry", "KIND", "TaskCommitRecord"]

@@ -1,0 +1,114 @@
+"""One schema per directory job (DESIGN section 10: directory target x a schema change between runs).
+
+A job's code changed the schema it writes between a failed run and its clear: the tasks the failed run committed
+(old schema) would be recovered and published beside the new code's tasks, one output with two schemas that
+readers take apart (pyarrow.dataset keeps the first file's schema). The rule the table path has holds for a
+directory of Parquet files too: recovery recovers only what can still commit. v1 and magic refuse at the job
+commit, before the plan, recording the refused tasks so the next clear runs them again with the code of then; v2,
+whose task commits are visible at once, refuses the task commit that would add a second schema, naming the way
+out. Driven as the operators drive the protocol (see :mod:`.test_recover_valid`).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_commit_provider.protocol import FileOutputCommitter, run_task_attempt
+from airflow_commit_provider.protocol.tables import SchemaMismatch
+
+from .test_recover_valid import Calls
+
+
+def rows(task: int, extra: bool) -> pa.Table:
+    """Task *task*'s rows: ``id`` (and ``day``, the partition column), and with the new code ``extra``."""
+    data = {"id": pa.array([task * 10 + i for i in range(4)], pa.int64()),
+            "day": pa.array([i % 2 for i in range(4)], pa.int64())}
+    if extra:
+        data["extra"] = pa.array([f"new-{task}"] * 4, pa.string())
+    return pa.table(data)
+
+
+def committer(root: str, **config: object) -> FileOutputCommitter:
+    return FileOutputCommitter(root, "j", mode="append", partition_by=["day"], durable=False, **config)
+
+
+def run_stage(c: FileOutputCommitter, tasks: range, attempt: int, calls: Calls, extra: bool) -> list[str]:
+    """The write tasks of one run, each as the write operator runs it; their outcomes' statuses."""
+    return [run_task_attempt(c, t, attempt, lambda w, t=t: (calls.note(t), w.write(rows(t, extra)))).status
+            for t in tasks]
+
+
+def failed_run(root: str, calls: Calls, teardown: bool = True, **config: object) -> None:
+    """Run 1 (the old code, ``{id}``): tasks 0 and 1 commit, task 2's code fails; the run's teardown keeps the
+    committed tasks for a clear (unless it was killed)."""
+    c = committer(root, **config)
+    c.setup_job()
+    assert run_stage(c, range(2), 1, calls, extra=False) == ["committed"] * 2
+
+    def broken(w) -> None:
+        calls.note(2)
+        raise RuntimeError("the user's code failed")
+    with pytest.raises(RuntimeError):
+        run_task_attempt(c, 2, 1, broken)
+    if teardown:
+        assert committer(root, **config).abort_job(keep_committed=True)["aborted"]
+
+
+def read_back(root: str) -> list[tuple[int, int, str]]:
+    """Every row as pyarrow.dataset and duckdb read the directory, the two asserted equal: one schema, with
+    ``extra`` everywhere (a file without it would read as nulls, or not at all)."""
+    dataset = ds.dataset(root, format="parquet", partitioning="hive")
+    by_arrow = sorted((r["id"], r["day"], r["extra"]) for r in dataset.to_table().to_pylist())
+    by_duckdb = sorted(duckdb.sql(f"SELECT id, day, extra FROM read_parquet('{root}/**/*.parquet', "
+                                  "hive_partitioning = true, union_by_name = true)").fetchall())
+    assert by_arrow == by_duckdb
+    schemas = {pq.read_schema(f).remove_metadata() for f in dataset.files}
+    assert len(schemas) == 1, schemas
+    return by_arrow
+
+
+def every_row_once() -> list[tuple[int, int, str]]:
+    return sorted((t * 10 + i, i % 2, f"new-{t}") for t in range(3) for i in range(4))
+
+
+def visible(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "_temporary" not in p.parts}
+
+
+@pytest.mark.parametrize("algorithm", [1])
+def test_a_clear_after_a_schema_change_reruns_the_old_schema_tasks(tmp_path, algorithm):
+    """The clear recovers tasks 0 and 1 (old schema) and runs task 2 with the new code: the job commit refuses
+    before its plan (nothing visible), naming tasks 0 and 1 as re-run on the next clear; that clear runs them with
+    the new code, recovers task 2, and the output has one schema with every row once."""
+    root, calls = tmp_path / "out", Calls(tmp_path / "calls")
+    failed_run(str(root), calls, algorithm=algorithm)
+    c = committer(str(root), algorithm=algorithm)
+    c.setup_job()
+    assert run_stage(c, range(3), 2, calls, extra=True) == ["recovered", "recovered", "committed"]
+    with pytest.raises(SchemaMismatch) as refused:
+        c.commit_job(3)
+    message = str(refused.value)
+    assert re.search(r"tasks 0 \(recovered from application attempt 0\), 1 \(recovered from application attempt 0\)"
+                     r" are recorded as refused", message), message
+    assert "re-run" in message and "setup" in message and "missing column(s) ['extra']" in message, message
+    assert c.job.commit_plan(c.job_record()) is None and visible(root) == set()
+    with pytest.raises(SchemaMismatch, match="re-run"):    # "clear only failed tasks": the commit alone, refused again
+        committer(str(root), algorithm=algorithm).commit_job(3)
+    assert committer(str(root), algorithm=algorithm).abort_job(keep_committed=True)["aborted"]
+
+    c = committer(str(root), algorithm=algorithm)           # the clear of the whole run
+    c.setup_job()
+    assert run_stage(c, range(3), 3, calls, extra=True) == ["committed", "committed", "recovered"]
+    assert calls.count() == 3 + 1 + 2
+    c.commit_job(3)
+    assert read_back(str(root)) == every_row_once()
