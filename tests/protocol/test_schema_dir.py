@@ -112,3 +112,72 @@ def test_a_clear_after_a_schema_change_reruns_the_old_schema_tasks(tmp_path, alg
     assert calls.count() == 3 + 1 + 2
     c.commit_job(3)
     assert read_back(str(root)) == every_row_once()
+
+
+def test_v2_refuses_the_task_commit_that_would_publish_a_second_schema_and_the_purge_it_advises_works(tmp_path):
+    """Algorithm 2, the failed run's teardown killed: its tasks 0 and 1 stay published (old schema) and are
+    recovered by the clear; task 2's new code would publish a second schema at its task commit, the only point
+    before visibility. That commit is refused, nothing visible changes, and the purge the error names, run word
+    for word, lets the next clear write every task with the new code."""
+    root, calls = tmp_path / "out", Calls(tmp_path / "calls")
+    failed_run(str(root), calls, teardown=False, algorithm=2)
+    published = visible(root)
+    c = committer(str(root), algorithm=2)
+    c.setup_job()
+    assert run_stage(c, range(2), 2, calls, extra=True) == ["recovered", "recovered"]
+    with pytest.raises(SchemaMismatch, match=r"task 2's files have another schema .*new column\(s\) \['extra'\]"
+                                             r".*Nothing of task 2 was published") as refused:
+        run_stage(c, range(2, 3), 2, calls, extra=True)
+    assert visible(root) == published
+    purge = re.search(r"purge it \(`(airflow-commit abort [^`]+ --purge)`", str(refused.value)).group(1)
+    command = shlex.split(purge)
+    subprocess.run([str(Path(sys.executable).with_name(command[0])), *command[1:]], check=True, timeout=120)
+    assert visible(root) == set()
+
+    c = committer(str(root), algorithm=2)                  # the clear of the whole run: a new generation
+    c.setup_job()
+    assert run_stage(c, range(3), 3, calls, extra=True) == ["committed"] * 3
+    c.commit_job(3)
+    assert read_back(str(root)) == every_row_once()
+
+
+def test_v2_after_the_teardown_withdrew_the_published_tasks_the_clear_writes_the_new_schema(tmp_path):
+    """The failed run's teardown withdraws what v2 published, and the schema its task commits fixed: the clear
+    runs every task with the new code, and commits."""
+    root, calls = tmp_path / "out", Calls(tmp_path / "calls")
+    failed_run(str(root), calls, algorithm=2)
+    c = committer(str(root), algorithm=2)
+    c.setup_job()
+    assert run_stage(c, range(3), 2, calls, extra=True) == ["committed"] * 3
+    c.commit_job(3)
+    assert read_back(str(root)) == every_row_once()
+
+
+def test_v2_job_commit_refuses_two_published_schemas_with_the_purge(tmp_path):
+    """Should two schemas be published anyway (the job's schema record went while a task of the old code was
+    committing: here it is removed by hand), the v2 job commit refuses before its plan, naming the purge; nothing
+    is recorded as refused, since a re-run of a published v2 task could not replace its files."""
+    root, calls = tmp_path / "out", Calls(tmp_path / "calls")
+    c = committer(str(root), algorithm=2)
+    c.setup_job()
+    run_stage(c, range(2), 1, calls, extra=False)
+    (root / c.layout.job_schema(c.job_record().job_uuid)).unlink()
+    run_stage(c, range(2, 3), 1, calls, extra=True)
+    with pytest.raises(SchemaMismatch, match=r"different schemas.*algorithm 2 both are visible.*--purge"):
+        c.commit_job(3)
+    assert c.job.commit_plan(c.job_record()) is None and not (root / "_SUCCESS").exists()
+    assert not c.job.refused_tasks(c.job_record()).tasks
+
+
+def test_files_of_a_callable_writing_its_own_files_are_not_checked(tmp_path):
+    """A callable that writes files itself (``open_file``) records no schema: its job commits as before, two
+    schemas and all (the rule covers Parquet written through ``write`` only)."""
+    root = tmp_path / "out"
+    c = committer(str(root))
+    c.setup_job()
+    for t in range(2):
+        def produce(w, t=t) -> None:
+            with w.open_file(extension="parquet") as f:
+                pq.write_table(rows(t, extra=t == 1).drop_columns(["day"]), f)
+        assert run_task_attempt(c, t, 1, produce).status == "committed"
+    assert c.commit_job(2)["totals"]["files"] == 2

@@ -27,7 +27,8 @@ from ..job import Job
 from ..records.job import JobRecord
 from ..records.refused import RefusedTasks
 from ..records.task import TaskCommitRecord
-from ..schemas import schema_digest
+from ..schemas import hold_job_schema, schema_digest
+from ..tables.common import SchemaMismatch
 from ..timing import timed
 
 log = logging.getLogger(__name__)
@@ -268,6 +269,11 @@ class TaskAttempts:
         # attempt's files records it failed first, so if the claim below is ours the files listed are still there.
         try:
             data: bytes | None = self.new_record(ta, rows, sizes, schema).to_json()
+            if schema is not None and self.publisher.publishes_at_task_commit:
+                try:   # v2 publishes below: the only point before a second schema would be visible
+                    hold_job_schema(self.job, job, ta.task, schema, listing)
+                except SchemaMismatch as exc:
+                    raise _Refused(exc) from exc
             refusal: _Refused | None = None
         except _Refused as r:
             data, refusal = None, r
