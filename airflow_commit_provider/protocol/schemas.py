@@ -118,8 +118,8 @@ def check_one_schema(scope: Job, job: JobRecord, recs: Iterable[TaskCommitRecord
     if not refused:
         return
     first, other = compared(list(groups.values()), refused)
-    error = SchemaMismatch(f"files {first.path} and {other.path} of job {scope.job_id} have different schemas: "
-                           f"{_difference(scope, first, other)}")
+    error = SchemaMismatch(f"the Parquet files of task {min(first.recs)} and of task {min(other.recs)} of job "
+                           f"{scope.job_id} have different schemas: {_difference(scope, first, other)}")
     if scope.publisher.publishes_at_task_commit:
         raise SchemaMismatch(f"{error}; with algorithm 2 both are visible already. {purge_advice(scope)}")
     refuse(scope, job, refused, error, "with the code of then: one schema with the tasks kept")
