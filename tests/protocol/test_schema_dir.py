@@ -190,3 +190,18 @@ def test_files_of_a_callable_writing_its_own_files_are_not_checked(tmp_path):
                 pq.write_table(rows(t, extra=t == 1).drop_columns(["day"]), f)
         assert run_task_attempt(c, t, 1, produce).status == "committed"
     assert c.commit_job(2)["totals"]["files"] == 2
+
+
+def test_a_compaction_keeps_the_schemas_it_found(tmp_path):
+    """A compaction rewrites rows that are visible already, each partition in its own files' schema: a directory
+    whose partitions differ (written before this rule, or by other writers) is compacted, not refused."""
+    from airflow_commit_provider.protocol.maintenance.compaction import compact
+
+    root = tmp_path / "out"
+    for day, extra in (("d0", False), ("d1", True)):
+        (root / f"day={day}").mkdir(parents=True)
+        for i in range(2):
+            pq.write_table(rows(i, extra).drop_columns(["day"]), root / f"day={day}" / f"small-{i}.parquet")
+    manifest = compact(FileOutputCommitter(str(root), "compact", algorithm=1, mode="append"), 1)
+    assert manifest["totals"]["files"] == 2
+    assert len(ds.dataset(str(root), format="parquet", partitioning="hive").to_table()) == 16
