@@ -27,7 +27,7 @@ import pytest
 from airflow_commit_provider.protocol import FileOutputCommitter, run_task_attempt
 from airflow_commit_provider.protocol.tables import SchemaMismatch
 
-from .test_recover_valid import Calls
+from .test_recover_valid import Calls, fail_task
 
 
 def rows(task: int, extra: bool) -> pa.Table:
@@ -55,12 +55,7 @@ def failed_run(root: str, calls: Calls, teardown: bool = True, **config: object)
     c = committer(root, **config)
     c.setup_job()
     assert run_stage(c, range(2), 1, calls, extra=False) == ["committed"] * 2
-
-    def broken(w) -> None:
-        calls.note(2)
-        raise RuntimeError("the user's code failed")
-    with pytest.raises(RuntimeError):
-        run_task_attempt(c, 2, 1, broken)
+    fail_task(c, 2, 1, calls)
     if teardown:
         assert committer(root, **config).abort_job(keep_committed=True)["aborted"]
 
