@@ -176,4 +176,5 @@ def hold_job_schema(scope: Job, job: JobRecord, task: int, schema: pa.Schema,
         f"task {task} was published; its attempt is recorded failed. {purge_advice(scope)}")
 
 
-__all__ = ["SchemaGroup", "check_one_schema", "compared", "hold_job_schema", "refuse", "schema_digest", "without_reference"]
+__all__ = ["SchemaGroup", "check_one_schema", "compared", "file_path", "hold_job_schema", "refuse", "schema_digest",
+           "without_reference"]
