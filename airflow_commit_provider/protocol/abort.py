@@ -114,6 +114,10 @@ def abort_job(scope: Job, *, keep_committed: bool = False) -> dict[str, Any]:
         if superseded(scope, job, apps):
             return stood_down(scope)
         scope.target_claim.release_uncommitted()
+    if keep_committed and not scope.publisher.keeps_committed:
+        # v2: the task commits that published are withdrawn, and the schema they fixed goes with them
+        # (:mod:`.schemas`), so the clear's tasks may write another one
+        scope.store.delete_file(scope.layout.job_schema(job.job_uuid))
     inject("abort_job.after_uploads")   # past the teardown's last look at the job, before its abort record
     if keep_committed:
         record = scope.layout.abort_record(apps[0], job.job_uuid) if apps else None

@@ -29,6 +29,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import pyarrow as pa
+
 from . import jobcommit
 from .abort import abort_job
 from .config import CommitConfig, check_number
@@ -59,7 +61,7 @@ class OutputCommitter(ABC):
 
     @abstractmethod
     def commit_task(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None = None, *,
-                    sizes: Mapping[str, int] | None = None) -> dict[str, Any]: ...
+                    sizes: Mapping[str, int] | None = None, schema: pa.Schema | None = None) -> dict[str, Any]: ...
 
     @abstractmethod
     def abort_task(self, ta: TaskAttemptContext) -> bool: ...
@@ -199,7 +201,7 @@ class FileOutputCommitter(OutputCommitter):
         return self.attempts.needs_commit(ta)
 
     def commit_task(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None = None, *,
-                    sizes: Mapping[str, int] | None = None) -> dict[str, Any]:
+                    sizes: Mapping[str, int] | None = None, schema: pa.Schema | None = None) -> dict[str, Any]:
         """Commit one task attempt, or raise :class:`CommitDenied` after removing its files.
 
         *rows* and *sizes* are what the writer reports (file -> rows, file -> bytes; :class:`TaskAttemptWriter`
@@ -208,8 +210,12 @@ class FileOutputCommitter(OutputCommitter):
         or partial record. The decision is the exclusive creation of the task commit record, after the attempt's
         fate was claimed ``committing``; everything after it (rename, moves) is an effect any later party can
         finish from the record. Asking again as the winner returns the record.
+
+        *schema*: the Arrow schema of the Parquet files the writer made (:attr:`TaskAttemptWriter.schema`), recorded
+        as a digest so the job commit keeps one schema per job (:mod:`.schemas`); with algorithm 2 a task of
+        another schema than the job's published tasks is refused here, before it publishes.
         """
-        return self.attempts.commit(ta, rows, sizes)
+        return self.attempts.commit(ta, rows, sizes, schema)
 
     def open_task_file(self, ta: TaskAttemptContext, rel: str) -> Any:
         """A writable binary file for *rel* (relative to the output root) in task attempt *ta* (the magic committer

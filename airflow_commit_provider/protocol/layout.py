@@ -94,6 +94,10 @@ class JobLayout:
         recovery adopts none of them."""
         return f"{self.job_dir}/_refused_{job_uuid}.json"
 
+    def job_schema(self, job_uuid: str) -> str:
+        """The schema the published task commits of generation *job_uuid* have (v2: :mod:`.schemas`)."""
+        return f"{self.job_dir}/_schema_{job_uuid}.json"
+
     def plan(self, job_uuid: str) -> str:
         """Scoped by generation, so a plan a crash left behind never steers a later generation's commit."""
         return f"{self.job_dir}/_commit_plan_{job_uuid}.json"

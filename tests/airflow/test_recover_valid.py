@@ -1,7 +1,8 @@
 """Recovery recovers only what can still commit, under ``dag.test()``: a run whose code adds a column the Delta
 and Iceberg tables lack is refused at its commit (once, not retried); the code is reverted and the run cleared: the
 write tasks' code runs again (not recovered from the refused attempt), the commit succeeds, and each table reads
-back every row exactly once with its own reader."""
+back every row exactly once with its own reader. A directory stage whose code changed its schema between a failed
+run and its clear is refused at its commit the same way, and its next clear runs the old-schema shards again."""
 
 from __future__ import annotations
 
@@ -73,3 +74,34 @@ def test_a_cleared_run_reruns_the_tasks_whose_schema_its_commit_refused(dags):
         assert "note" not in t.column_names
         pairs = Counter(zip(t["shard"].to_pylist(), t["row"].to_pylist()))
         assert pairs == {(s, r): 2 for s in range(4) for r in range(10)}, f"{stage}: two jobs, each row once"
+
+
+def test_a_directory_stage_cleared_after_a_schema_change_reruns_the_old_schema_shards(dags):
+    """A directory of Parquet files: run 1 commits shards 0-2 and shard 3 fails every try; the code then adds a
+    column and the run is cleared: shards 0-2 (old schema) are recovered, shard 3 runs the new code, and the
+    commit refuses (once, not retried) before anything is visible. The next clear runs shards 0-2 again, recovers
+    shard 3, and the directory reads back with one schema, every row once."""
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    dag, day = dags.dir_schema, datetime(2024, 5, 3, tzinfo=timezone.utc)
+    root, fail = TEST_ROOT / "dir_schema", TEST_WORK / "fail-dir_schema-3"
+    fail.touch()
+    assert dag.test(logical_date=day, run_after=day).state == "failed"
+    assert calls() == {"write": 3 + 2}
+    fail.unlink()
+    (TEST_WORK / "extra-column-dir_schema").touch()                        # the code adds a column
+    dr = dag.test(logical_date=day, run_after=day)                          # the whole run cleared
+    st = states(dr)
+    assert dr.state == "failed" and st["commit[-1]"][0] == "failed" and st["abort[-1]"][0] == "success", st
+    assert calls() == {"write": 3 + 2 + 1}, "shards 0-2 were recovered, shard 3 ran the new code"
+    assert not any(p.suffix == ".parquet" for p in root.glob("day=*/*")), "nothing visible"
+    dr = dag.test(logical_date=day, run_after=day)                          # cleared again
+    assert dr.state == "success", states(dr)
+    assert calls() == {"write": 3 + 2 + 1 + 3}, "the refused shards ran again, shard 3 was recovered"
+    dataset = ds.dataset(str(root), format="parquet", partitioning="hive")
+    assert len({pq.read_schema(f).remove_metadata() for f in dataset.files}) == 1
+    t = dataset.to_table()
+    assert Counter(zip(t["shard"].to_pylist(), t["row"].to_pylist())) == {(s, r): 1 for s in range(4)
+                                                                          for r in range(10)}
+    assert set(t["note"].to_pylist()) == {"new"}

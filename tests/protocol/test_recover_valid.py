@@ -177,16 +177,20 @@ def failed_run(root: Path, calls: Calls, partition_by: list[str], teardown: bool
     c = FileOutputCommitter(str(root), "j", partition_by=partition_by, durable=False, **config)
     c.setup_job()
     assert run_task_attempt(c, 0, 1, lambda w: (calls.note(0), w.write(region_rows(0)))).status == "committed"
-
-    def broken(w) -> None:
-        calls.note(1)
-        raise RuntimeError("the user's code failed")
-    with pytest.raises(RuntimeError):
-        run_task_attempt(c, 1, 1, broken)
+    fail_task(c, 1, 1, calls)
     if teardown:
         kept = c.abort_job(keep_committed=True)["kept_committed_tasks"]
         assert kept == ([] if config.get("algorithm") == 2 else [0])
     return c
+
+
+def fail_task(c: FileOutputCommitter, task: int, attempt: int, calls: Calls) -> None:
+    """The attempt of *task* whose user code raises (counted as a call): aborted, nothing committed."""
+    def broken(w) -> None:
+        calls.note(task)
+        raise RuntimeError("the user's code failed")
+    with pytest.raises(RuntimeError):
+        run_task_attempt(c, task, attempt, broken)
 
 
 def cleared_run(root: Path, calls: Calls, partition_by: list[str], tasks: int = 2, **config: object) -> list[str]:

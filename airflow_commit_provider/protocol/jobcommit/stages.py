@@ -28,6 +28,7 @@ from ..records.success import SuccessManifest, marker_dirs_above, withdraw_marke
 from ..records.underway import markers_changing
 from ..records.refused import RefusedTasks
 from ..records.task import TaskCommitRecord
+from ..schemas import check_one_schema
 from ..status import JobStatus
 from ..tasks.attempts import TaskAttempts
 from .stage import Plan, Stage
@@ -114,6 +115,7 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
         if scope.table is not None:   # the table transaction replaces; nothing is deleted at file level
             check_table(scope, job, recs.values())
             return self._fix(recs, set(), marker_dirs_above(dsts))
+        check_one_schema(scope, job, recs.values())
         replaced = job.replaced_files
         replace_files = set(job.replace_files)  # e.g. the small files a compaction merged
         visible = scope.visible_files()

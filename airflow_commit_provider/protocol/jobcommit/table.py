@@ -10,13 +10,11 @@ generation is refused there (:class:`~..tables.GenerationSuperseded`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-
-import pyarrow as pa
 
 from ..job import Job
 from ..records.job import JobRecord
 from ..records.task import TaskCommitRecord
+from ..schemas import SchemaGroup, compared, file_path, refuse, without_reference
 from ..tables.common import DataFile, JobTag, SchemaMismatch, TableCommit, describe_difference, parquet_schema
 from .stage import Plan, Stage
 
@@ -45,24 +43,9 @@ def check_table(scope: Job, job: JobRecord, recs: Iterable[TaskCommitRecord]) ->
                              "starts the job over with it, every task run again") from exc
     refused, error = refused_groups(scope, schema_groups(scope, recs))
     if error is not None:
-        bad = sorted({t: rec for g in refused for t, rec in g.recs.items()}.values(), key=lambda r: r.task)
-        scope.refuse_tasks(job, bad, str(error))
-        raise SchemaMismatch(
-            f"{error}. The files of {_tasks(bad)} are recorded as refused: {'they are' if len(bad) > 1 else 'it is'} "
-            "re-run, not recovered, on the next clear of the DAG run with the stage's setup (a new application "
-            "attempt; 'clear only failed tasks' re-runs this commit alone, which fails the same way), so fix the "
-            "code (or the table's schema) first") from error
+        refuse(scope, job, refused, error, "so fix the code (or the table's schema) first")
     if scope.mode.claims_target:
         scope.table.check_empty(job.replaced_files)
-
-
-@dataclass
-class SchemaGroup:
-    """The task records whose files share one schema (*path*: one of those files), by task."""
-
-    schema: pa.Schema
-    path: str
-    recs: dict[int, TaskCommitRecord] = field(default_factory=dict)
 
 
 def schema_groups(scope: Job, recs: Iterable[TaskCommitRecord]) -> list[SchemaGroup]:
@@ -70,7 +53,7 @@ def schema_groups(scope: Job, recs: Iterable[TaskCommitRecord]) -> list[SchemaGr
     groups: list[SchemaGroup] = []
     for rec in recs:
         for f in rec.files:
-            path = f"{rec.data_dir}/{f.path}" if rec.data_dir else f.path
+            path = file_path(rec, f.path)
             schema = parquet_schema(scope.store, path)
             group = next((g for g in groups if g.schema.equals(schema)), None)
             if group is None:
@@ -95,22 +78,12 @@ def refused_groups(scope: Job, groups: Sequence[SchemaGroup]) -> tuple[list[Sche
                 refused.append(g)
                 first = first or exc
         return refused, first
-    if len(groups) == 1:
+    refused = without_reference(groups)
+    if not refused:
         return [], None
-    now = [g for g in groups if any(not rec.adopted for rec in g.recs.values())]
-    keep = now[0] if len(now) == 1 else None
-    refused = [g for g in groups if g is not keep]
-    ref = keep or groups[0]
-    other = next(g for g in groups if g is not ref)
+    ref, other = compared(groups, refused)
     return refused, SchemaMismatch(f"files {ref.path} and {other.path} of one job have different schemas: "
                                    f"{describe_difference(ref.schema, other.schema)}")
-
-
-def _tasks(recs: Sequence[TaskCommitRecord]) -> str:
-    """``task 3`` or ``tasks 0, 1, 2`` (the first 20), each with where it committed when it was recovered."""
-    shown = ", ".join(str(r.task) + (f" (recovered from application attempt {r.committed_in_app})"
-                                     if r.adopted else "") for r in recs[:20])
-    return f"task{'s' if len(recs) > 1 else ''} {shown}{' ...' if len(recs) > 20 else ''}"
 
 
 class TableCommitStage(Stage[Plan, "TableCommit | None"]):

@@ -21,6 +21,9 @@ field                       meaning
 ``recovered``               adopted records only: when it was adopted
 ``inputs``                  what the task was given (an opaque digest from the caller, see
                             :meth:`TaskCommitRecord.same_inputs`); absent: not known (an earlier release)
+``schema``                  only when the attempt wrote Parquet through its writer: the digest of its files'
+                            Arrow schema (:func:`..schemas.schema_digest`), what a directory job's commit
+                            compares (one schema per job) without reading a footer
 ==========================  ==============================================================================
 """
 
@@ -107,6 +110,7 @@ class TaskCommitRecord:
     original_app_attempt: int | None = None
     recovered: str | None = None
     inputs: str | None = None
+    schema: str | None = None
 
     def same_inputs(self, inputs: str | None) -> bool:
         """Whether this commit was made for *inputs* (the digest of what a write task is given now), so that it
@@ -146,6 +150,8 @@ class TaskCommitRecord:
             body["recovered"] = self.recovered
         if self.inputs is not None:
             body["inputs"] = self.inputs
+        if self.schema is not None:
+            body["schema"] = self.schema
         return body
 
     def to_doc(self) -> dict[str, Any]:
@@ -190,14 +196,16 @@ class TaskCommitRecord:
                 entries.append(FileEntry(path, size, rows, owner))
         except (KeyError, TypeError):
             return cls._checked(doc, where)
-        original, recovered, inputs = doc.get("original_app_attempt"), doc.get("recovered"), doc.get("inputs")
+        original, recovered = doc.get("original_app_attempt"), doc.get("recovered")
+        inputs, schema = doc.get("inputs"), doc.get("schema")
         if (type(job_id) is str and type(job_uuid) is str and type(task) is int and type(attempt) is int
                 and type(app) is int and type(work_dir) is str and type(data_dir) is str
                 and (adopted_from is None or type(adopted_from) is int) and type(committed) is str
                 and (original is None or type(original) is int) and (recovered is None or type(recovered) is str)
-                and (inputs is None or type(inputs) is str) and type(files) is list):
+                and (inputs is None or type(inputs) is str) and (schema is None or type(schema) is str)
+                and type(files) is list):
             return cls(job_id, job_uuid, task, attempt, app, work_dir, data_dir, adopted_from, committed,
-                       tuple(entries), original, recovered, inputs)
+                       tuple(entries), original, recovered, inputs, schema)
         return cls._checked(doc, where)
 
     @classmethod
@@ -212,6 +220,7 @@ class TaskCommitRecord:
             tuple(FileEntry.from_doc(f, where, i) for i, f in enumerate(files)),
             _get(doc, "original_app_attempt", int, where, nullable=True, required=False),
             _get(doc, "recovered", str, where, nullable=True, required=False),
-            _get(doc, "inputs", str, where, nullable=True, required=False))
+            _get(doc, "inputs", str, where, nullable=True, required=False),
+            _get(doc, "schema", str, where, nullable=True, required=False))
 
 __all__ = ["FileEntry", "KIND", "TaskCommitRecord"]

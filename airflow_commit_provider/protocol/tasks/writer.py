@@ -59,6 +59,13 @@ class TaskAttemptWriter:
         self._schema: pa.Schema | None = None
         self._closed = False
 
+    @property
+    def schema(self) -> pa.Schema | None:
+        """The Arrow schema of every Parquet file :meth:`write` made (partition columns left out, as in the files;
+        ``None`` before the first row): what the task commit records, so a job commit compares it with the other
+        tasks' (:mod:`..schemas`). Files from :meth:`open_file` are the caller's, and not covered."""
+        return self._schema
+
     # ------------------------------------------------------------------ names
     def next_file_name(self, extension: str = "parquet") -> str:
         """The next Spark-style file name of this task: ``part-00003-<uuid>-c000.<extension>``."""

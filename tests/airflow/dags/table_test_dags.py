@@ -128,3 +128,18 @@ with DAG("tbl_schema", schedule=None, start_date=datetime(2024, 1, 1), catchup=F
             commit = CommitJobOperator(task_id="commit", write_task_id=f"{stage}.write", **shared)
             abort = CommitAbortOperator(task_id="abort", commit_task_id=f"{stage}.commit", **shared)
             setup >> write >> commit >> abort.as_teardown(setups=setup)
+
+
+# dir_schema: the same code change for a directory stage, between a failed run (shard 3 fails every try) and its
+# clear: the commit refuses the recovered old-schema shards, the next clear runs them again
+# (tests/airflow/test_recover_valid.py)
+with DAG("dir_schema", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
+         default_args={"retries": 1, "retry_delay": timedelta(seconds=0)},
+         tags=["airflow-commit-provider-tests"]) as dir_schema:
+    _shared = {"target": os.path.join(ROOT, "dir_schema"), "mode": "append", "partition_by": "day"}
+    _setup = CommitSetupOperator(task_id="setup", **_shared)
+    _write = CommitWriteOperator.partial(task_id="write", python_callable=shard_rows_changing_schema,
+                                         **_shared).expand(op_kwargs=[{"shard": n} for n in range(SHARDS)])
+    _commit = CommitJobOperator(task_id="commit", write_task_id="write", **_shared)
+    _setup >> _write >> _commit >> CommitAbortOperator(task_id="abort", commit_task_id="commit",
+                                                        **_shared).as_teardown(setups=_setup)
