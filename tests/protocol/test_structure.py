@@ -97,6 +97,7 @@ def test_the_readme_layout_is_the_code_layout(tmp_path):
         jl.abort_record(0, "<job uuid>"), jl.commit_failure, layout.SUCCESS, f"<partition>/{layout.SUCCESS}", jl.trash_entry("<uuid>") + "/",
         layout.DEDUP_PLAN,
         jl.compaction_plan("<job uuid>"), jl.input_claim("<file>", 0), jl.refused_tasks("<job uuid>"),
+        jl.job_schema("<job uuid>"),
     }
     normalise = {"0": "<app>", "00001": "<task>", "1": "<task>", "2": "<try>", "0000000000": "<n>"}
 
