@@ -181,13 +181,26 @@ class HistoryReader:
         marker: list[str | None] = []   # the root marker's job uuid, read at most once, when needed
         for job in commit_log_jobs(listing):
             try:
-                entry = self._entry(job, listing[f"{job}.json"])
-                if entry is not None:
-                    earlier, current = entry
-                    jobs[job] = earlier + ([current] if self._is_done(job, current.commit_id, marker) else [])
+                commits = self._finished_commits(job, listing[f"{job}.json"], marker)
+                if commits is not None:
+                    jobs[job] = commits
             except CorruptRecord as exc:
                 unreadable[job] = str(exc)
         return History(jobs, unreadable)
+
+    def job_commits(self, job: str) -> list[Commit]:
+        """The finished commits of one job, oldest first, read from its commit log alone (a reader that names the
+        job, the sensor, reads no other log); :class:`CorruptRecord` when that log is unreadable."""
+        return self._finished_commits(job, None, []) or []
+
+    def _finished_commits(self, job: str, digest: str | None, marker: list[str | None]) -> list[Commit] | None:
+        """The finished commits of *job*'s log (``None``: no log): every earlier generation, and the current one
+        once it finished."""
+        entry = self._entry(job, digest)
+        if entry is None:
+            return None
+        earlier, current = entry
+        return earlier + ([current] if self._is_done(job, current.commit_id, marker) else [])
 
     def loaded(self, commit: Commit) -> Commit:
         """*commit* with its manifest, read now, while it is its job's current generation; replaced meanwhile (or

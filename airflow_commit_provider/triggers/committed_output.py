@@ -47,8 +47,7 @@ from ..hooks.storage import CommitStorageHook
 from ..operators.summary import MAX_FILES
 from ..protocol import CorruptRecord, InvalidOutputSpec, MarkerChanging, Store, read_success_marker
 from ..protocol.history import Commit, Cursor, HistoryReader
-from ..protocol.layout import COMMITS
-from ..protocol.paths import split_partition_suffix
+from ..protocol.records.success import retained_count
 
 #: The asset state store key holding the watcher's cursor (:class:`~..protocol.history.Cursor`).
 CURSOR_KEY = "commit_cursor"
@@ -67,7 +66,7 @@ def event_manifest(manifest: dict[str, Any], max_files: int = MAX_FILES) -> dict
     out = {k: v for k, v in manifest.items() if k not in ("files", "retained")}
     return {**out, "files": files[:max_files],
             "files_truncated": len(files) > max_files or bool(manifest.get("files_truncated")),
-            "retained_files": len(manifest["retained"]) if "retained" in manifest else None}
+            "retained_files": retained_count(manifest)}
 
 
 class CommittedOutputTrigger(BaseEventTrigger):
@@ -98,8 +97,7 @@ class CommittedOutputTrigger(BaseEventTrigger):
         except CorruptRecord as exc:
             raise InvalidOutputSpec(f"{exc}: pass the cursor serialize() returned, or none to start as a new "
                                     "watcher") from None
-        root, self.partition = split_partition_suffix(target)
-        self._roots = [target, root] if self.partition else [target]
+        self.partition = ""   # the target's partition under the root that holds the commit logs, once found
         self._reader: HistoryReader | None = None
         self._target_store: Store | None = None
         self._state_read = False
@@ -170,17 +168,13 @@ class CommittedOutputTrigger(BaseEventTrigger):
         return commit.concerns(self.partition, self.include_maintenance)
 
     def _history_reader(self) -> HistoryReader | None:
-        """The reader of the target's commit logs: the target's own, else (a partition directory) the root's above
-        it; ``None`` while neither has any (nothing committed yet)."""
+        """The reader of the target's commit logs (:meth:`~..hooks.storage.CommitStorageHook.history_root`);
+        ``None`` while there are none (nothing committed yet)."""
         if self._reader is None:
-            hook = CommitStorageHook(self.conn_id)
-            for root in self._roots:
-                store = hook.get_store(root)
-                if store.list_dir(COMMITS):
-                    self._reader = HistoryReader(store)
-                    if root == self.target:
-                        self.partition = ""
-                    break
+            found = CommitStorageHook(self.conn_id).history_root(self.target)
+            if found is not None:
+                self._reader = HistoryReader(found[0])
+                self.partition = found[1]
         return self._reader
 
     def _marker(self) -> dict[str, Any] | None | object:

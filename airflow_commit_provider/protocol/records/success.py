@@ -132,6 +132,12 @@ def write_markers(store: Store, manifest: SuccessManifest, *, partitions: Iterab
     return len(retained)
 
 
+def retained_count(manifest: Mapping[str, Any]) -> int | None:
+    """How many other files the marker *manifest* kept (its ``retained``); ``None`` for a manifest that does not
+    come from a marker (a commit log's), which alone lists them."""
+    return len(manifest["retained"]) if "retained" in manifest else None
+
+
 def partition_totals(files: list[dict[str, Any]]) -> dict[str, int]:
     """The totals of one partition's files, as its ``_SUCCESS`` states them (and a watcher of it reports them)."""
     return {"files": len(files), "bytes": sum(f["size"] for f in files), "rows": sum(f["rows"] or 0 for f in files),
