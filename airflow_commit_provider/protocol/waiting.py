@@ -12,7 +12,9 @@ section 10), and the marker only says whose files the directory holds now:
   ever (exactly its files, I9); once a later commit replaced it, the commit's own files must still be there with
   their sizes (other jobs' files beside them are fine: that is what the job's consumer reads). A later commit that
   removed some of them (an overwrite, a compaction) is final: :class:`CommitFilesGone`, naming the way out, not a
-  wait that never ends. A re-run of the same job that is replacing its own files is waited for.
+  wait that never ends. A re-run of the same job that is replacing its own files is waited for; once the re-run
+  committed without writing under the target, the earlier commit is answered with the summary its log keeps (no
+  files, ``replaced_by`` naming the re-run), and with *verify_files* as files gone.
 - **without a job id**: the target's marker, as before, except that a maintenance commit's marker (a compaction:
   it changed no row) counts only once a commit of data finished under the target; a compaction alone is no
   commit to wait for. After one, the compaction's marker is returned: it lists the files to read now.
@@ -84,7 +86,8 @@ def _rows_committed(found: tuple[Store, str] | None) -> bool:
 
 def _of_job(target: Store, root: Store, partition: str, job_id: str, verify_files: bool) -> Awaited:
     reader = HistoryReader(root)
-    commits = [c for c in reader.job_commits(job_id) if c.touches(partition)]
+    finished = reader.job_commits(job_id)
+    commits = [c for c in finished if c.touches(partition)]
     if not commits:
         return Awaited(None, f"job {job_id} has not committed under {target.url()} yet")
     commit = commits[-1]
@@ -97,22 +100,26 @@ def _of_job(target: Store, root: Store, partition: str, job_id: str, verify_file
             return Awaited(_from_marker(verified))
         marker = verified   # replaced while it was verified: judged as the commit's files below
     loaded = reader.loaded(commit)
-    if loaded.manifest is None:
-        return Awaited(None, f"job {job_id}'s commit {commit.commit_id} was replaced by its next generation "
-                             f"{loaded.replaced_by}, whose commit is under way")
-    view = loaded.view(partition)
-    if verify_files:
-        problem = _files_gone(target, view, partition)
-        if problem is not None:
+    problem = None
+    if loaded.manifest is None:   # only its summary is left: its job's next generation replaced its files
+        if loaded.replaced_by not in {c.commit_id for c in finished}:
+            return Awaited(None, f"job {job_id}'s commit {commit.commit_id} has no manifest to read now (replaced "
+                                 f"by {loaded.replaced_by}, whose commit is under way, or its log is unreadable)")
+        problem = (f"no file here any more: its next generation {loaded.replaced_by} replaced its files and wrote "
+                   "none under the target")
+    elif verify_files:
+        gone = _files_gone(target, loaded.view(partition), partition)
+        if gone is not None:
             if _rerunning(root, job_id, commit):
-                return Awaited(None, f"job {job_id} runs again and is replacing its own files: {problem}")
-            now = f"; {target.url('_SUCCESS')} now names job {marker['job_id']}" if marker is not None else ""
-            raise CommitFilesGone(
-                f"job {job_id} committed under {target.url()} (commit id {commit.commit_id}, finished "
-                f"{commit.summary['finished']}), but its manifest lists {problem}: a later commit replaced them "
-                f"(an overwrite, a compaction){now}. They will not come back: wait for the target's current commit "
-                f"without job_id, or without verify_files for job {job_id}'s manifest as it committed")
-    return Awaited({**view, "retained_files": None})
+                return Awaited(None, f"job {job_id} runs again and is replacing its own files: {gone}")
+            problem = f"its manifest lists {gone}: a later commit replaced them (an overwrite, a compaction)"
+    if verify_files and problem is not None:
+        now = f"; {target.url('_SUCCESS')} now names job {marker['job_id']}" if marker is not None else ""
+        raise CommitFilesGone(
+            f"job {job_id} committed under {target.url()} (commit id {commit.commit_id}, finished "
+            f"{commit.summary['finished']}), but {problem}{now}. They will not come back: wait for the target's "
+            f"current commit without job_id, or without verify_files for job {job_id}'s manifest as it committed")
+    return Awaited({**loaded.view(partition), "retained_files": None})
 
 
 def _marker(store: Store, verify_files: bool) -> tuple[dict[str, Any] | None, str]:

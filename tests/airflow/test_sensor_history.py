@@ -180,3 +180,19 @@ def test_a_job_id_no_job_can_have_is_refused_with_its_form(a_then_b):
     with pytest.raises(InvalidOutputSpec, match="letters, digits"):
         deferred_result(root, job_id="../job-a")
     assert poke(root, job_id="job-a")["job_id"] == "job-a"
+
+
+def test_a_partition_the_jobs_own_rerun_no_longer_writes_is_answered_not_waited_for(tmp_path):
+    """Dynamic mode: A's first generation wrote days 1 and 2, its re-run (a clear after success) only day 2 and
+    replaced all of the first one's files. For day 1, A's newest commit there is the first generation, of which
+    only the summary is left: the sensor returns it (no files, ``replaced_by`` naming the re-run), and with
+    verify_files says its files are gone; it does not wait for a manifest that cannot come."""
+    root = str(tmp_path / "events")
+    write_job(root, "job-a", mode="dynamic", days=("1", "2"))
+    write_job(root, "job-a", mode="dynamic", days=("2",))
+    rerun = read_success_marker(f"{root}/day=2")
+    found = poke(f"{root}/day=1", job_id="job-a")
+    assert found["generation"] == 0 and found["files"] == [] and found["replaced_by"] == rerun["job_uuid"]
+    with pytest.raises(CommitFilesGone, match=f"its next generation {rerun['job_uuid']} replaced its files"):
+        poke(f"{root}/day=1", job_id="job-a", verify_files=True)
+    assert deferred(f"{root}/day=1", job_id="job-a", verify_files=True)["status"] == "error"
