@@ -10,16 +10,11 @@ from typing import Any
 
 from airflow.sdk import BaseHook, ObjectStoragePath
 
-from ..protocol import (
-    CommitConfig,
-    FileOutputCommitter,
-    InvalidOutputSpec,
-    MarkerChanging,
-    Store,
-    read_success_marker,
-    store_for,
-)
+from ..protocol import CommitConfig, FileOutputCommitter, InvalidOutputSpec, Store, store_for
+from ..protocol.layout import COMMITS
+from ..protocol.paths import split_partition_suffix
 from ..protocol.tables import TableTarget
+from ..protocol.waiting import awaited_manifest
 
 
 class CommitStorageHook(BaseHook):
@@ -101,23 +96,28 @@ class CommitStorageHook(BaseHook):
 
     def committed_manifest(self, target: Any, *, job_id: str | None = None,
                            verify_files: bool = False) -> dict[str, Any] | None:
-        """The validated ``_SUCCESS`` manifest under *target*, or ``None`` while there is none (or it belongs to
-        another job than *job_id*). The sensor's poke and the deferrable trigger both ask this.
+        """The manifest of the commit a reader of *target* waits for (with *job_id*: that job's newest finished
+        commit there, from its commit history even when a later commit replaced its marker), or ``None`` while
+        there is none: :func:`~..protocol.waiting.awaited_manifest` decides, for the sensor's poke and the
+        deferrable trigger alike. A marker a newer job is replacing is ``None`` too, not an error; a corrupt one
+        raises :class:`CorruptRecord`, files of the job a later commit replaced :class:`CommitFilesGone`."""
+        awaited = awaited_manifest(self.get_store(target), lambda: self.history_root(target), job_id=job_id,
+                                   verify_files=verify_files)
+        if awaited.why:
+            self.log.info("%s", awaited.why)
+        return awaited.manifest
 
-        A marker a newer job is replacing is ``None`` too, not an error: withdrawn before or while it was read
-        (:class:`FileNotFoundError`), or changing during every listing (:class:`MarkerChanging`). A corrupt one
-        raises :class:`CorruptRecord`."""
-        store = self.get_store(target)
-        try:
-            manifest = read_success_marker(store, verify_files=verify_files)
-        except FileNotFoundError:
-            return None
-        except MarkerChanging as exc:
-            self.log.info("%s", exc)
-            return None
-        if job_id is not None and manifest["job_id"] != job_id:
-            return None
-        return manifest
+    def history_root(self, target: Any) -> tuple[Store, str] | None:
+        """The store of the output root whose commit logs (``_commits``) tell *target*'s history -- *target* itself,
+        or for a partition directory (``.../day=2024-01-01``) the root above it -- and *target*'s partition under
+        it (``""``: the root); ``None`` while neither has a commit log (nothing committed yet)."""
+        text = str(target)
+        root, partition = split_partition_suffix(text)
+        for candidate, part in ((text, ""), (root, partition)) if partition else ((text, ""),):
+            store = self.get_store(target if candidate == text else candidate)
+            if store.list_dir(COMMITS):
+                return store, part
+        return None
 
     def _from_object_storage(self, path: ObjectStoragePath, durable: bool = True) -> Store:
         conn_id = _conn_id_of(path) or self.conn_id

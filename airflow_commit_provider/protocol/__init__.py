@@ -16,6 +16,7 @@ from .committer import FileOutputCommitter, OutputCommitter, make_committer
 from .config import CommitConfig, normalize_algorithm
 from .errors import (
     CommitDenied,
+    CommitFilesGone,
     CommitProtocolError,
     CorruptRecord,
     InputsChanged,
@@ -44,7 +45,7 @@ from .tasks.runner import TaskOutcome, run_task_attempt
 from .tasks.writer import TaskAttemptWriter
 
 __all__ = [
-    "MODES", "CommitConfig", "CommitDenied", "CommitProtocolError", "CorruptRecord", "FileOutputCommitter", "InputsChanged",
+    "MODES", "CommitConfig", "CommitDenied", "CommitFilesGone", "CommitProtocolError", "CorruptRecord", "FileOutputCommitter", "InputsChanged",
     "InputsClaimed", "InvalidOutputSpec",
     "JobAlreadyCommitted", "JobConfigMismatch", "Job", "JobContext", "JobIdentityCollision", "JobIncomplete",
     "JobLayout", "JobNotSetUp", "MarkerChanging", "OverlappingRun", "OwnedByTable", "RunOwner", "make_committer",

@@ -79,6 +79,11 @@ class MarkerChanging(CommitProtocolError):
     are committing there. Not corruption: the output is not ready yet, and a later read may succeed."""
 
 
+class CommitFilesGone(CommitProtocolError):
+    """A job a reader waits for did commit, but files its commit listed are no longer there with their sizes: a
+    later commit replaced them (an overwrite, a compaction). Final: waiting longer does not bring them back."""
+
+
 class StorageCapabilityError(CommitProtocolError):
     """The file system lacks an operation the requested committer needs (e.g. atomic create-if-absent)."""
 

@@ -64,6 +64,17 @@ class Commit:
     def order(self) -> tuple[str, str]:
         return (self.summary["finished"], self.commit_id)
 
+    @property
+    def maintenance(self) -> str | None:
+        """The kind of maintenance the commit was (``"compaction"``: it changed no row), ``None`` for one of data."""
+        return (self.manifest or self.summary).get("maintenance")
+
+    def concerns(self, partition: str, include_maintenance: bool = False) -> bool:
+        """Whether a consumer of *partition* hears of the commit: it wrote there (:meth:`touches`), and it changed
+        rows, or the consumer asked for maintenance commits too (*include_maintenance*). A compaction rewrites
+        rows into fewer files: a downstream run for it would recompute what it already has."""
+        return self.touches(partition) and (include_maintenance or self.maintenance is None)
+
     def touches(self, partition: str) -> bool:
         """Whether the commit wrote files under *partition* (``""``: the root, every commit). A summary written
         before summaries named partitions cannot tell: such a commit counts (an extra event, never a lost one)."""
@@ -131,16 +142,16 @@ class History:
         kept = {j: c for j, c in cursor.seen.items() if j in self.jobs or j in self.unreadable}
         return sorted(new, key=lambda c: c.order), Cursor(kept)
 
-    def baseline(self, partition: str = "", upto: str | None = None) -> Cursor:
-        """A new watcher's cursor: every commit before the newest one that touches *partition* counts as emitted
-        (that newest one fires, as a file already there fires Airflow's own file triggers); with *upto* (a commit
-        id this history holds), every commit up to and including that one."""
+    def baseline(self, partition: str = "", upto: str | None = None, include_maintenance: bool = False) -> Cursor:
+        """A new watcher's cursor: every commit before the newest one that :meth:`~Commit.concerns` it counts as
+        emitted (that newest one fires, as a file already there fires Airflow's own file triggers); with *upto* (a
+        commit id this history holds), every commit up to and including that one."""
         commits = sorted((c for cs in self.jobs.values() for c in cs), key=lambda c: c.order)
         marked = [c for c in commits if c.commit_id == upto]
         if marked:
             emitted = [c for c in commits if c.order <= marked[0].order]
         else:
-            wanted = [c for c in commits if c.touches(partition)]
+            wanted = [c for c in commits if c.concerns(partition, include_maintenance)]
             emitted = [c for c in commits if c.order < wanted[-1].order] if wanted else commits
         cursor = Cursor()
         for c in emitted:
@@ -170,13 +181,26 @@ class HistoryReader:
         marker: list[str | None] = []   # the root marker's job uuid, read at most once, when needed
         for job in commit_log_jobs(listing):
             try:
-                entry = self._entry(job, listing[f"{job}.json"])
-                if entry is not None:
-                    earlier, current = entry
-                    jobs[job] = earlier + ([current] if self._is_done(job, current.commit_id, marker) else [])
+                commits = self._finished_commits(job, listing[f"{job}.json"], marker)
+                if commits is not None:
+                    jobs[job] = commits
             except CorruptRecord as exc:
                 unreadable[job] = str(exc)
         return History(jobs, unreadable)
+
+    def job_commits(self, job: str) -> list[Commit]:
+        """The finished commits of one job, oldest first, read from its commit log alone (a reader that names the
+        job, the sensor, reads no other log); :class:`CorruptRecord` when that log is unreadable."""
+        return self._finished_commits(job, None, []) or []
+
+    def _finished_commits(self, job: str, digest: str | None, marker: list[str | None]) -> list[Commit] | None:
+        """The finished commits of *job*'s log (``None``: no log): every earlier generation, and the current one
+        once it finished."""
+        entry = self._entry(job, digest)
+        if entry is None:
+            return None
+        earlier, current = entry
+        return earlier + ([current] if self._is_done(job, current.commit_id, marker) else [])
 
     def loaded(self, commit: Commit) -> Commit:
         """*commit* with its manifest, read now, while it is its job's current generation; replaced meanwhile (or

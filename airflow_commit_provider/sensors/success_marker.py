@@ -22,10 +22,17 @@ class SuccessMarkerSensor(BaseSensorOperator):
 
     Works in ``poke`` and ``reschedule`` mode and deferrable (``deferrable=True``, default from ``[operators]
     default_deferrable``), in which case the waiting happens in the triggerer. A corrupt manifest fails the task
-    with a message naming the problem. With *job_id* only that job's ``_SUCCESS`` counts; with *verify_files* the
-    visible files must be exactly the listed ones, with their recorded sizes: a marker that stays the same while the
-    files are listed and does not match them fails the task, one that a newer job withdraws or rewrites meanwhile
-    is "not yet" and the sensor keeps waiting (see :func:`~airflow_commit_provider.protocol.read_success_marker`).
+    with a message naming the problem. With *verify_files* the visible files must be exactly the listed ones, with
+    their recorded sizes: a marker that stays the same while the files are listed and does not match them fails
+    the task, one that a newer job withdraws or rewrites meanwhile is "not yet" and the sensor keeps waiting (see
+    :func:`~airflow_commit_provider.protocol.read_success_marker`).
+
+    With *job_id* the sensor waits for that job's commit, decided from its commit history, so a later job's commit
+    that replaced its marker (a backfill, two jobs appending) does not hide it; it returns that commit's manifest
+    (the commit log's once the marker is another's: ``retained_files`` is ``None``). *verify_files* then checks the
+    job's own files, still there with their sizes; when a later commit removed them (an overwrite, a compaction)
+    the task fails with :class:`CommitFilesGone`. Without *job_id*, a compaction's marker counts only once a
+    commit of data finished there (:mod:`~airflow_commit_provider.protocol.waiting`).
     """
 
     template_fields = ("target", "conn_id", "job_id")
@@ -65,7 +72,15 @@ class SuccessMarkerSensor(BaseSensorOperator):
 
     def execute_complete(self, context: Mapping[str, Any], event: Mapping[str, Any]) -> dict[str, Any]:
         if event.get("status") != "success":
-            from ..protocol import CorruptRecord
-
-            raise CorruptRecord(f"waiting for _SUCCESS under {self.target} failed: {event.get('message')}")
+            raise _error_class(event.get("error"))(f"waiting for _SUCCESS under {self.target} failed: "
+                                                   f"{event.get('message')}")
         return event["manifest"]
+
+
+def _error_class(name: Any) -> type[Exception]:
+    """The protocol's error the trigger's error event names, so that the deferred task fails as the poke does;
+    :class:`CorruptRecord` for any other (and for events of releases that named none)."""
+    from ..protocol import errors
+
+    found = getattr(errors, name, None) if isinstance(name, str) else None
+    return found if isinstance(found, type) and issubclass(found, errors.CommitProtocolError) else errors.CorruptRecord

@@ -12,6 +12,8 @@ Events come from the target's commit history (:mod:`~airflow_commit_provider.pro
 jobs (a backfill) or two generations of one job (a clear after success) committed between two polls. A commit
 fires once it finished (markers written), never while a job is committing. The target is an output root (every
 commit fires) or one partition directory of it (``.../day=2024-01-01``: the commits that wrote files under it).
+A maintenance commit (a compaction: it rewrote files and changed no row) fires nothing, unless the trigger is
+created with ``include_maintenance=True``; its cursor moves past it either way.
 
 The event's payload, which Airflow puts in the asset event's ``extra["payload"]``, is the commit's manifest with its
 file list capped (:func:`event_manifest`) and its ``commit_id`` (the generation's job uuid), which consumers
@@ -45,8 +47,7 @@ from ..hooks.storage import CommitStorageHook
 from ..operators.summary import MAX_FILES
 from ..protocol import CorruptRecord, InvalidOutputSpec, MarkerChanging, Store, read_success_marker
 from ..protocol.history import Commit, Cursor, HistoryReader
-from ..protocol.layout import COMMITS
-from ..protocol.paths import split_partition_suffix
+from ..protocol.records.success import retained_count
 
 #: The asset state store key holding the watcher's cursor (:class:`~..protocol.history.Cursor`).
 CURSOR_KEY = "commit_cursor"
@@ -65,7 +66,7 @@ def event_manifest(manifest: dict[str, Any], max_files: int = MAX_FILES) -> dict
     out = {k: v for k, v in manifest.items() if k not in ("files", "retained")}
     return {**out, "files": files[:max_files],
             "files_truncated": len(files) > max_files or bool(manifest.get("files_truncated")),
-            "retained_files": len(manifest["retained"]) if "retained" in manifest else None}
+            "retained_files": retained_count(manifest)}
 
 
 class CommittedOutputTrigger(BaseEventTrigger):
@@ -75,24 +76,28 @@ class CommittedOutputTrigger(BaseEventTrigger):
     :param conn_id: the Airflow connection of a remote target
     :param verify_files: check the visible files against the target's marker before firing the commit it names;
         while it does not match, no event fires (a commit of the same target's next job puts it right)
+    :param include_maintenance: fire for maintenance commits too (a compaction: it rewrote files, changed no row,
+        and fires nothing by default, so that downstream DAGs do not run for it); their payload has
+        ``"maintenance": "compaction"``
     :param poke_interval: seconds between two reads of the commit history
     :param cursor: what a running trigger had emitted, as :meth:`serialize` gives it; not for DAG files
     """
 
     def __init__(self, target: str, conn_id: str | None = None, verify_files: bool = False,
-                 poke_interval: float = 30.0, cursor: dict[str, Any] | None = None) -> None:
+                 poke_interval: float = 30.0, cursor: dict[str, Any] | None = None,
+                 include_maintenance: bool = False) -> None:
         super().__init__()
         self.target = target
         self.conn_id = conn_id
         self.verify_files = verify_files
+        self.include_maintenance = include_maintenance
         self.poke_interval = poke_interval
         try:
             self.cursor = None if cursor is None else Cursor.from_doc(cursor, "the trigger's cursor argument")
         except CorruptRecord as exc:
             raise InvalidOutputSpec(f"{exc}: pass the cursor serialize() returned, or none to start as a new "
                                     "watcher") from None
-        root, self.partition = split_partition_suffix(target)
-        self._roots = [target, root] if self.partition else [target]
+        self.partition = ""   # the target's partition under the root that holds the commit logs, once found
         self._reader: HistoryReader | None = None
         self._target_store: Store | None = None
         self._state_read = False
@@ -102,6 +107,8 @@ class CommittedOutputTrigger(BaseEventTrigger):
     def serialize(self) -> tuple[str, dict[str, Any]]:
         kwargs: dict[str, Any] = {"target": self.target, "conn_id": self.conn_id, "verify_files": self.verify_files,
                                   "poke_interval": self.poke_interval}
+        if self.include_maintenance:   # absent when not asked for: a DAG file's trigger stays the same
+            kwargs["include_maintenance"] = True
         if self.cursor is not None:   # absent before the first poll: a DAG file's trigger stays the same
             kwargs["cursor"] = self.cursor.to_doc()
         return ("airflow_commit_provider.triggers.committed_output.CommittedOutputTrigger", kwargs)
@@ -120,8 +127,8 @@ class CommittedOutputTrigger(BaseEventTrigger):
 
     async def poll(self) -> list[tuple[Commit, TriggerEvent | None]]:
         """One read of the commit history: the commits not emitted yet, in commit order, each with its event
-        (``None`` for a commit that wrote nothing under a watched partition). It changes nothing in storage and
-        advances no cursor over a commit: :meth:`run` does, as it emits."""
+        (``None`` for a commit that wrote nothing under a watched partition, or a maintenance commit not asked
+        for). It changes nothing in storage and advances no cursor over a commit: :meth:`run` does, as it emits."""
         if not self._state_read:
             await self._restore()
         reader = await asyncio.to_thread(self._history_reader)
@@ -132,10 +139,11 @@ class CommittedOutputTrigger(BaseEventTrigger):
             self.log.warning("commit log of job %s under %s is unreadable, skipped for now: %s", job,
                              reader.store.url(), why)
         if self.cursor is None:   # a new watcher: its start is saved at once, so a restart keeps it
-            self.cursor = history.baseline(self.partition, upto=self._legacy)
+            self.cursor = history.baseline(self.partition, upto=self._legacy,
+                                           include_maintenance=self.include_maintenance)
             await self._save()
         new, self.cursor = history.since(self.cursor)
-        if not any(c.touches(self.partition) for c in new):
+        if not any(self._concerns(c) for c in new):
             return [(c, None) for c in new]
         marker = await asyncio.to_thread(self._marker)
         if marker is HOLD:
@@ -143,7 +151,7 @@ class CommittedOutputTrigger(BaseEventTrigger):
         out = []
         for c in new:
             event = None
-            if c.touches(self.partition):
+            if self._concerns(c):
                 if isinstance(marker, dict) and marker["job_uuid"] == c.commit_id:
                     manifest = marker
                 else:
@@ -156,18 +164,17 @@ class CommittedOutputTrigger(BaseEventTrigger):
             out.append((c, event))
         return out
 
+    def _concerns(self, commit: Commit) -> bool:
+        return commit.concerns(self.partition, self.include_maintenance)
+
     def _history_reader(self) -> HistoryReader | None:
-        """The reader of the target's commit logs: the target's own, else (a partition directory) the root's above
-        it; ``None`` while neither has any (nothing committed yet)."""
+        """The reader of the target's commit logs (:meth:`~..hooks.storage.CommitStorageHook.history_root`);
+        ``None`` while there are none (nothing committed yet)."""
         if self._reader is None:
-            hook = CommitStorageHook(self.conn_id)
-            for root in self._roots:
-                store = hook.get_store(root)
-                if store.list_dir(COMMITS):
-                    self._reader = HistoryReader(store)
-                    if root == self.target:
-                        self.partition = ""
-                    break
+            found = CommitStorageHook(self.conn_id).history_root(self.target)
+            if found is not None:
+                self._reader = HistoryReader(found[0])
+                self.partition = found[1]
         return self._reader
 
     def _marker(self) -> dict[str, Any] | None | object:

@@ -12,10 +12,13 @@ from ..hooks.storage import CommitStorageHook
 
 
 class SuccessMarkerTrigger(BaseTrigger):
-    """Fires when a valid ``_SUCCESS`` exists under *target* (and, with *job_id*, belongs to that job).
+    """Fires when the commit the sensor waits for is there: a valid ``_SUCCESS`` under *target*, or with *job_id*
+    that job's commit, found in its commit history even when a later commit replaced its marker (the decision is
+    the poke's: :meth:`~..hooks.storage.CommitStorageHook.committed_manifest`).
 
     A marker being replaced by a newer job while it is read counts as not there yet (polling goes on); a corrupt
-    one, or with *verify_files* a stable one whose files differ, ends the wait with an error event."""
+    one, with *verify_files* a stable one whose files differ, or a job's files a later commit replaced, ends the
+    wait with an error event naming the error's type (``error``), which the deferred task raises."""
 
     def __init__(self, target: str, conn_id: str | None = None, job_id: str | None = None,
                  verify_files: bool = False, poke_interval: float = 5.0) -> None:
@@ -38,7 +41,8 @@ class SuccessMarkerTrigger(BaseTrigger):
                 manifest = await asyncio.to_thread(hook.committed_manifest, self.target, job_id=self.job_id,
                                                    verify_files=self.verify_files)
             except Exception as exc:  # a corrupt manifest is an answer, not a reason to keep waiting
-                yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
+                yield TriggerEvent({"status": "error", "error": type(exc).__name__,
+                                    "message": f"{type(exc).__name__}: {exc}"})
                 return
             if manifest is not None:
                 yield TriggerEvent({"status": "success", "manifest": manifest})

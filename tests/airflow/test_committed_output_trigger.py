@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_commit_provider.protocol import (
+    FileOutputCommitter,
     InvalidOutputSpec,
     faults,
     make_committer,
@@ -24,6 +25,7 @@ from airflow_commit_provider.protocol import (
     run_task_attempt,
 )
 from airflow_commit_provider.protocol.faults import InjectedFault
+from airflow_commit_provider.protocol.maintenance.compaction import compact
 from airflow_commit_provider.triggers.committed_output import CommittedOutputTrigger
 
 
@@ -41,6 +43,13 @@ def write_job(root: str, job_id: str, *, mode: str = "append", tasks: int = 2, c
     if commit:
         committer.commit_job(tasks)
     return committer
+
+
+def compaction(root: str, job_id: str = "compact-1") -> dict[str, Any]:
+    """A compaction of *root*'s small Parquet files (every one of them here), committed as job *job_id*."""
+    result = compact(FileOutputCommitter(root, job_id, mode="append"), 1, target_size=2**20)
+    assert result["state"] == "committed", result
+    return result
 
 
 class Watcher:
@@ -323,3 +332,25 @@ def test_an_asset_watcher_takes_it():
     assert classpath == "airflow_commit_provider.triggers.committed_output.CommittedOutputTrigger"
     assert kwargs == {"target": "s3://lake/events", "conn_id": "aws_lake", "verify_files": True,
                       "poke_interval": 30.0}, "no cursor before it ran: the DAG file's trigger stays the same"
+
+
+@pytest.mark.parametrize("include_maintenance", [False, True])
+def test_a_compaction_fires_only_for_a_watcher_that_asks_for_maintenance(tmp_path, watch, include_maintenance):
+    """A compaction is a commit of its own job that changes no row: by default no event (downstream DAGs would run
+    for nothing), also not as a new watcher's first; with ``include_maintenance=True`` one, flagged. The next
+    commit that changes rows fires either way."""
+    root = str(tmp_path / "events")
+    w = watch(CommittedOutputTrigger(target=root, poke_interval=0, include_maintenance=include_maintenance))
+    write_job(root, "job-a")
+    assert w.next()["job_id"] == "job-a"
+    compaction(root)
+    late = watch(CommittedOutputTrigger(target=root, poke_interval=0, include_maintenance=include_maintenance))
+    if include_maintenance:
+        event = w.next()
+        assert event["job_id"] == "compact-1" and event["maintenance"] == "compaction"
+        assert late.next()["job_id"] == "compact-1", "a new watcher's first event: the newest commit"
+    else:
+        assert w.pending() == [], "the compaction changed no row: no event"
+        assert late.next()["job_id"] == "job-a", "a new watcher's first event: the newest commit of rows"
+    write_job(root, "job-b")
+    assert w.next()["job_id"] == "job-b"

@@ -58,3 +58,28 @@ def test_s3_watcher_through_a_connection_fires_every_commit(bucket, algorithm):
         assert w.next()["job_id"] == "job-d"
     finally:
         w.close()
+
+
+def test_s3_sensor_for_a_replaced_job_reads_its_commit_history(bucket):
+    """The sensor on S3 through the Airflow connection, its target an ``ObjectStoragePath`` of one partition: job
+    A wrote days 1 and 2, job B rewrote day 1 (dynamic). Waiting for A on day 1 returns A's day-1 files from its
+    commit log (the root's, above the partition), and with verify_files fails at once (B replaced them); day 2 still
+    has A's own marker, verified."""
+    from airflow.sdk import ObjectStoragePath
+
+    from airflow_commit_provider.protocol import CommitFilesGone
+
+    from ..airflow.test_committed_output_trigger import write_job
+    from ..airflow.test_sensor_history import deferred_result, files_of, poke
+
+    root = f"s3://{bucket}/events"
+    write_job(root, "job-a", mode="dynamic", days=("1", "2"))
+    write_job(root, "job-b", mode="dynamic", days=("1",))
+    day1 = ObjectStoragePath(f"s3://commit_s3@{bucket}/events/day=1")
+    found = poke(day1, job_id="job-a")
+    assert found["job_id"] == "job-a" and found["retained_files"] is None
+    assert len(files_of(found)) == 2 and all(p.startswith("day=1/") for p in files_of(found))
+    with pytest.raises(CommitFilesGone, match="day=1/"):
+        poke(day1, job_id="job-a", verify_files=True)
+    day2 = deferred_result(f"{root}/day=2", job_id="job-a", verify_files=True, conn_id="commit_s3")
+    assert day2["job_id"] == "job-a" and day2["partition"] == "day=2" and day2["retained_files"] == 0

@@ -347,7 +347,7 @@ def build_manifest(scope: Job, job: JobRecord, plan: Plan, resumed: bool, rename
         diagnostics={"resumed": resumed, "commit_threads": scope.commit_threads, "store": scope.store.protocol,
                      "visibility": scope.publisher.visibility, "warnings": warnings, "pid": os.getpid(),
                      "directories_renamed": renamed},
-        names=None if job.names is None else dict(job.names))
+        names=None if job.names is None else dict(job.names), maintenance=job.maintenance)
 
 
 def check_tree(scope: Job, recs: Iterable[TaskCommitRecord]) -> None:

@@ -150,6 +150,12 @@ class JobRecord:
         return out
 
     @property
+    def maintenance(self) -> str | None:
+        """The kind of maintenance this job is, for its manifest (``"compaction"``: a job whose new files hold the
+        rows of the files it replaces, *replace_first*, changes no row), or ``None`` for a job that writes data."""
+        return "compaction" if self.replace_first else None
+
+    @property
     def replaced_files(self) -> set[str]:
         """The previous generation's files, which this generation's commit replaces."""
         return set(self.replaces.files) if self.replaces else set()
@@ -296,9 +302,12 @@ class CommitLog:
 
     def summary(self) -> dict[str, Any]:
         """This generation as the next one's history holds it: with its partitions, so that a watcher of one
-        partition can tell whether a generation it never saw as current touched it (:mod:`..history`)."""
-        return {k: self.manifest.get(k) for k in ("job_uuid", "generation", "app_attempt", "finished", "totals",
+        partition can tell whether a generation it never saw as current touched it, and its ``maintenance`` (only
+        when it was some), so that a watcher tells a compaction from a commit of data by summaries alone
+        (:mod:`..history`)."""
+        kept = {k: self.manifest.get(k) for k in ("job_uuid", "generation", "app_attempt", "finished", "totals",
                                                   "partitions")}
+        return {**kept, "maintenance": self.manifest["maintenance"]} if "maintenance" in self.manifest else kept
 
     def followed_by(self, manifest: Mapping[str, Any]) -> CommitLog:
         """The log after committing *manifest*: a new generation adds this one to the history; a resumed commit

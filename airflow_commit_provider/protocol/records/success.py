@@ -58,11 +58,14 @@ class SuccessManifest:
     #: what named the job (its job record's ``names``), so that the commit log tells a later set-up of this job id
     #: whether it is the same job; ``None`` (and absent on disk) when the job was named by nothing
     names: dict[str, str] | None = None
+    #: what kind of maintenance the job was (``"compaction"``: it rewrote files without changing a row), so that
+    #: consumers of the commit history can tell it from a commit of data; ``None`` (and absent on disk) otherwise
+    maintenance: str | None = None
 
     def to_doc(self) -> dict[str, Any]:
         """The manifest as the JSON object it is on disk (without ``format``, ``version`` and ``retained``)."""
         doc = asdict(self)
-        for optional in ("table", "names"):
+        for optional in ("table", "names", "maintenance"):
             if doc[optional] is None:
                 del doc[optional]   # a _SUCCESS without them is what it was before they existed
         return doc
@@ -78,6 +81,9 @@ class SuccessManifest:
         checked = records.validate_success(doc, where)
         if checked.get("version") not in cls.VERSIONS:
             raise CorruptRecord(f"{where} has unsupported _SUCCESS version {checked.get('version')!r}")
+        if not isinstance(checked.get("maintenance", ""), str):
+            raise CorruptRecord(f"{where}: field 'maintenance' has type {type(checked['maintenance']).__name__}, "
+                                "not str")
         defaults: dict[str, Any] = {"partition_by": [], "generation": 0, "labels": {}, "output": "",
                                     "partitions": [], "tasks": [], "deleted": {}, "replaced_generation": None}
         return cls(**{f.name: checked.get(f.name, defaults.get(f.name)) for f in fields(cls)
@@ -124,6 +130,12 @@ def write_markers(store: Store, manifest: SuccessManifest, *, partitions: Iterab
                                              files=records.encode(file_list) if files_json is None else files_json,
                                              retained=records.encode(retained)))
     return len(retained)
+
+
+def retained_count(manifest: Mapping[str, Any]) -> int | None:
+    """How many other files the marker *manifest* kept (its ``retained``); ``None`` for a manifest that does not
+    come from a marker (a commit log's), which alone lists them."""
+    return len(manifest["retained"]) if "retained" in manifest else None
 
 
 def partition_totals(files: list[dict[str, Any]]) -> dict[str, int]:

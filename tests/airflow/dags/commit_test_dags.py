@@ -120,6 +120,15 @@ with DAG("ct_sensor", schedule=None, start_date=datetime(2024, 1, 1), catchup=Fa
     SuccessMarkerSensor(task_id="wait_deferred", target=os.path.join(ROOT, "ct_dynamic_v1"), deferrable=True,
                         poke_interval=1, timeout=900, verify_files=True)
 
+with DAG("ct_sensor_history", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
+         tags=["airflow-commit-provider-tests"]) as ct_sensor_history:
+    # job-a committed, then job-b appended (its marker replaced job-a's): every mode finds job-a's commit
+    for mode in ("poke", "reschedule"):
+        SuccessMarkerSensor(task_id=f"wait_{mode}", target=os.path.join(ROOT, "ct_sensor_history"), mode=mode,
+                            job_id="job-a", poke_interval=1, timeout=900, verify_files=True, deferrable=False)
+    SuccessMarkerSensor(task_id="wait_deferred", target=os.path.join(ROOT, "ct_sensor_history"), deferrable=True,
+                        job_id="job-a", poke_interval=1, timeout=900, verify_files=True)
+
 
 def spark_like_insert_overwrite(target: str, ti) -> None:
     """Stands in for Spark's ``INSERT OVERWRITE`` (local path or S3): the table path must exist ("Path does not
