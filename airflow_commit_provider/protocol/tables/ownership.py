@@ -39,7 +39,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import OwnedByTable
+from ..errors import CorruptRecord, OwnedByTable
 from ..layout import COMMITS, TEMPORARY
 from ..paths import is_hidden, join
 from ..records.job import CommitLog, JobRecord
@@ -130,11 +130,16 @@ def _records(names: list[str], every_log: bool) -> Iterator[tuple[str, str, str]
 
 
 def _record_table(store: Store, kind: str, rel: str) -> Mapping[str, Any] | None:
-    """The table a job record or commit log says its job published into (``format``, ``name``), or ``None``."""
-    if kind == "job record":
-        job = JobRecord.read(store, rel)
-        return None if job is None or job.table is None else job.table
-    log = CommitLog.read(store, rel)
+    """The table a job record or commit log says its job published into (``format``, ``name``), or ``None``: also
+    for a record that does not parse, which says nothing of a table; another job's corrupt record must not stop
+    every setup and maintenance of the target (its own job's readers name it)."""
+    try:
+        if kind == "job record":
+            job = JobRecord.read(store, rel)
+            return None if job is None or job.table is None else job.table
+        log = CommitLog.read(store, rel)
+    except CorruptRecord:
+        return None
     table = None if log is None else log.manifest.get("table")
     return None if not isinstance(table, dict) else {"format": table.get("format"), "name": table.get("table")}
 
