@@ -7,7 +7,8 @@
 - an ``@task`` function given as ``python_callable`` fails where the DAG is parsed, naming the fix;
 - a missing partition column fails each write once, without retry, while a transient error is retried;
 - two runs of one data interval with ``job_key="{{ data_interval_start }}"`` leave the interval's rows once in
-  ``append`` mode; without it (each run its own job) they are appended twice.
+  ``append`` mode; without it (each run its own job) they are appended twice; a keyed run after a failed one
+  recovers what the failed run committed, and a keyed run after a successful one replaces it.
 """
 
 from __future__ import annotations
@@ -200,3 +201,42 @@ def test_job_key_makes_two_runs_of_one_interval_one_job(dags):
     per_run = sc.read_rows(str(TEST_ROOT / "tf_job_key" / "per_run"))
     assert len(per_run) == 40 and Counter((r["shard"], r["row"]) for r in per_run) == {
         (s, r): 2 for s in (0, 1) for r in range(10)}, "without job_key, each run is a job of its own"
+
+
+@pytest.mark.airflow
+def test_a_keyed_run_after_a_failed_one_recovers_what_it_committed_then_a_third_replaces(dags):
+    """README: with ``job_key``, "a run after a failed one continues the job and recovers the tasks the failed run
+    committed". Run 1 of the interval fails (shard 1 fails both tries; its teardown keeps shards 0 and 2); run 2,
+    another run id of the same interval, recovers shards 0 and 2 without calling their code, runs shard 1 and
+    commits; run 3, after that success, is a new generation replacing run 2's rows. Each time: rows once."""
+    dag, root = dags.tf_key_after_failure, str(TEST_ROOT / "tf_key_after_failure" / "keyed")
+    day = datetime(2024, 4, 1, tzinfo=timezone.utc)
+    for try_number in (1, 2):
+        (TEST_WORK / f"fail-tf_key_after_failure-1-{try_number}").touch()
+    first = dag.test(logical_date=day, run_after=day + timedelta(hours=1))
+    assert first.state == "failed" and states(first)["keyed.abort[-1]"][0] == "success", states(first)
+    assert sc.read_rows(root) == [], "nothing visible after the failed run"
+    for try_number in (1, 2):
+        (TEST_WORK / f"fail-tf_key_after_failure-1-{try_number}").unlink()
+
+    def exactly_once() -> list[dict]:
+        rows = sc.read_rows(root)
+        assert Counter((r["shard"], r["row"]) for r in rows) == {(s, r): 1 for s in range(3) for r in range(10)}
+        return rows
+
+    second = dag.test(logical_date=day, run_after=day + timedelta(hours=2))
+    assert second.state == "success" and second.run_id != first.run_id, states(second)
+    assert calls("tf_key_after_failure") == {("keyed", 0): 1, ("keyed", 1): 3, ("keyed", 2): 1}, \
+        "shards 0 and 2 were recovered from the failed run, not run again"
+    rows = exactly_once()
+    assert {r["shard"]: r["try"] for r in rows} == {0: 1, 1: 1, 2: 1}
+    manifest = read_success_marker(root, verify_files=True)
+    assert (manifest["generation"], manifest["app_attempt"], manifest["totals"]["rows"]) == (0, 1, 30)
+    assert CommitSummary.from_manifest(manifest).tasks_recovered == [0, 2]
+
+    third = dag.test(logical_date=day, run_after=day + timedelta(hours=3))
+    assert third.state == "success", states(third)
+    assert calls("tf_key_after_failure") == {("keyed", 0): 2, ("keyed", 1): 4, ("keyed", 2): 2}
+    exactly_once()
+    manifest = read_success_marker(root, verify_files=True)
+    assert manifest["generation"] == 1 and manifest["replaced_generation"] is not None

@@ -130,6 +130,18 @@ with DAG("tf_job_key", schedule="@daily", start_date=datetime(2024, 1, 1), catch
                  expand_op_kwargs=[{"shard": s} for s in range(2)], mode="append", partition_by=["day"])
 
 
+with DAG("tf_key_after_failure", schedule="@daily", start_date=datetime(2024, 1, 1), catchup=False,
+         default_args=DEFAULTS, tags=["airflow-commit-provider-tests"]) as tf_key_after_failure:
+    def load_day_or_fail(shard: int, ti, data_interval_start) -> pa.Table:
+        record_call(ti, shard)
+        table = rows(shard, ti.try_number, day_of=lambda r: data_interval_start.date().isoformat())
+        fail_if_flagged(ti, shard)
+        return table
+
+    # a run whose shard fails every try fails; the next run of the interval (another run id) is the same job
+    commit_stage("keyed", target=target("tf_key_after_failure", "keyed"), python_callable=load_day_or_fail,
+                 expand_op_kwargs=[{"shard": s} for s in range(3)], mode="append", job_key="{{ data_interval_start }}")
+
 # ------------------------------------------------- an asset watcher on a target: a DAG run per committed job
 WATCHED = target("tf_watch_source", "events")
 
