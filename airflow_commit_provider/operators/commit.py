@@ -429,15 +429,15 @@ class CommitWriteOperator(CommitBaseOperator):
 
     def _write_shards(self, first: FileOutputCommitter, context: Mapping[str, Any], map_index: int, attempt: int,
                       call_kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        # *first*: the task instance's committer; every shard's shares its store (and the connection behind it)
+        # *first*: the task instance's committer; every shard's is its twin (store, connection, table)
         n = self.shards_per_task
 
         def produce(shard: int, task: int, writer: Any) -> None:
             self._produce({**call_kwargs, "shard_index": shard, "shards_per_task": n, "task_number": task}, writer)
 
-        outcome = run_shards(lambda: FileOutputCommitter(first.store, first.job_id, first.config), map_index, n,
-                             attempt, produce, threads=self.shard_threads, compression=self.compression,
-                             max_rows_per_file=self.max_rows_per_file, fatal=DETERMINISTIC_ERRORS)
+        outcome = run_shards(first.twin, map_index, n, attempt, produce, threads=self.shard_threads,
+                             compression=self.compression, max_rows_per_file=self.max_rows_per_file,
+                             fatal=DETERMINISTIC_ERRORS)
         summary = outcome.to_dict()
         self.log.info("task instance %s attempt %s: %s shards (tasks %s-%s): %s; ran the callable for shards %s; "
                       "%s files, %s rows", map_index, attempt, n, summary["tasks"][0], summary["tasks"][-1],
