@@ -533,6 +533,7 @@ class CommitJobOperator(CommitLineageMixin, CommitBaseOperator):
                           "%d committed job record director%s it would have", removed, "y" if removed == 1 else "ies")
         summary = CommitSummary.from_manifest(manifest)
         self._committed = (manifest, summary, committer.store)   # what the OpenLineage facets report (lineage.py)
+        self._commit_log = committer.commit_log
         self.log.info("job %s committed: %s files, %s rows, %s bytes in %s tasks (application attempt %s); "
                       "stages: %s", manifest["job_id"], *(manifest["totals"][k] for k in ("files", "rows", "bytes",
                                                                                          "tasks")),
