@@ -117,7 +117,29 @@ def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
     if out.get("mode") == "dynamic" and "partition_by" in args and not out["partition_by"]:
         raise bad("partition_by", "mode='dynamic' replaces the partitions a job writes, so it needs partition_by")
     _check_table_args(args, out, bad)
+    _check_keyed_v2(args, out, bad)
     return out
+
+
+#: modes whose job commit deletes nothing but the job's own earlier generation (a re-run's)
+_KEEPING_MODES = ("append", "error")
+
+
+def _check_keyed_v2(args: Mapping[str, Any], out: Mapping[str, Any],
+                    bad: Callable[[str, str], InvalidOutputSpec]) -> None:
+    """Algorithm 2 with a ``job_key`` in ``append`` or ``error`` mode is refused (when all three are given). Every
+    run of the key after the first is a new generation of one job that replaces the last one's files at its job
+    commit; algorithm 2 publishes each task's files at its task commit, so for the whole write stage a reader
+    would see the key's rows twice, the old generation's and the new one's. In ``overwrite`` and ``dynamic`` mode,
+    old files beside new ones until the job commit is what algorithm 2 does in every run (README), key or not."""
+    if not {"algorithm", "job_key", "mode"} <= set(args) or args["job_key"] is None:
+        return
+    if out["algorithm"] == 2 and out["mode"] in _KEEPING_MODES:
+        raise bad("algorithm", f"with job_key={args['job_key']!r} in mode={out['mode']!r}, every run of the key "
+                               "after the first replaces the last one's rows at its job commit, and algorithm 2 "
+                               "publishes each task's files at its task commit: readers would see the key's rows "
+                               "twice until then. Use algorithm=1 (nothing is visible before the job commit; on S3 "
+                               "also 'magic'), or no job_key (each run its own job)")
 
 
 def _check_table_args(args: Mapping[str, Any], out: Mapping[str, Any],
