@@ -41,24 +41,28 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess:
                           timeout=600, env={**os.environ, "PYTHONPATH": str(REPO), **env})
 
 
+def _run_dags(module: str, runs: str, events_file, **env: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """*runs* (Python lines using *module*, a module of the test DAGs, each printing ``STATE <state>``) in a process
+    whose OpenLineage events go to *events_file* through the file transport; the process and the events."""
+    events_file.unlink(missing_ok=True)
+    proc = _run(f"import sys\nsys.path.insert(0, {str(DAGS_FOLDER)!r})\nimport {module}\n{textwrap.dedent(runs)}",
+                AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps({"type": "file", "log_file_path": str(events_file),
+                                                             "append": True}),
+                AIRFLOW__OPENLINEAGE__NAMESPACE="commit-tests", **env)
+    lines = events_file.read_text().splitlines() if events_file.exists() else []
+    return proc, [json.loads(line) for line in lines if line.strip()]
+
+
 @pytest.mark.airflow
 def test_commit_reports_its_output_through_a_real_transport(airflow_db):
     dag_id = "ct_overwrite_v1"
-    events_file = TEST_WORK / "openlineage.jsonl"
-    events_file.unlink(missing_ok=True)
     target = TEST_ROOT / dag_id
-    proc = _run(f"""
-        import sys
-        sys.path.insert(0, {str(DAGS_FOLDER)!r})
-        import commit_test_dags
-        print("STATE", commit_test_dags.{dag_id}.test().state)
-        """, AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps({"type": "file", "log_file_path": str(events_file),
-                                                         "append": True}),
-        AIRFLOW__OPENLINEAGE__NAMESPACE="commit-tests", COMMIT_PROVIDER_FAULTS="commit_job.after_withdraw=raise")
+    proc, events = _run_dags("commit_test_dags", f'print("STATE", commit_test_dags.{dag_id}.test().state)',
+                             TEST_WORK / "openlineage.jsonl",
+                             COMMIT_PROVIDER_FAULTS="commit_job.after_withdraw=raise")
     assert "STATE success" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     manifest = read_success_marker(str(target), verify_files=True)
 
-    events = [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()]
     commit = [e for e in events if e["job"]["name"] == f"{dag_id}.stage.commit"]
     assert [e["eventType"] for e in commit] == ["START", "FAIL", "START", "COMPLETE"], [e["eventType"] for e in
                                                                                         commit]
@@ -86,18 +90,9 @@ def test_a_table_stage_reports_the_table_and_its_version(airflow_db):
     import deltalake
     from pyiceberg.catalog.sql import SqlCatalog
 
-    events_file = TEST_WORK / "openlineage-tables.jsonl"
-    events_file.unlink(missing_ok=True)
-    proc = _run(f"""
-        import sys
-        sys.path.insert(0, {str(DAGS_FOLDER)!r})
-        import table_test_dags
-        print("STATE", table_test_dags.tbl_deploy.test().state)
-        """, AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps({"type": "file", "log_file_path": str(events_file),
-                                                         "append": True}),
-        AIRFLOW__OPENLINEAGE__NAMESPACE="commit-tests", COMMIT_PROVIDER_FAULTS="table_commit.after=raise")
+    proc, events = _run_dags("table_test_dags", 'print("STATE", table_test_dags.tbl_deploy.test().state)',
+                             TEST_WORK / "openlineage-tables.jsonl", COMMIT_PROVIDER_FAULTS="table_commit.after=raise")
     assert "STATE success" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
-    events = [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()]
     root = TEST_ROOT / "tbl_deploy"
     warehouse = root / "iceberg"
     iceberg = SqlCatalog("commit_provider", uri=f"sqlite:///{warehouse}/catalog.db",
@@ -164,25 +159,17 @@ def test_a_rerun_that_replaced_its_own_generation_says_so(airflow_db):
     target was replaced, which is false in ``append`` mode, where other jobs' rows stay). The first COMPLETE
     carries no such facet."""
     dag_id = "ct_append_v1"
-    events_file = TEST_WORK / "openlineage-rerun.jsonl"
-    events_file.unlink(missing_ok=True)
     target = TEST_ROOT / dag_id
-    proc = _run(f"""
-        import sys
+    proc, events = _run_dags("commit_test_dags", f"""
         from datetime import datetime, timezone
-        sys.path.insert(0, {str(DAGS_FOLDER)!r})
-        import commit_test_dags
         day = datetime(2024, 7, 1, tzinfo=timezone.utc)
         for _ in range(2):   # the run, then a clear of it after its success
             print("STATE", commit_test_dags.{dag_id}.test(logical_date=day, run_after=day).state)
-        """, AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps({"type": "file", "log_file_path": str(events_file),
-                                                         "append": True}),
-        AIRFLOW__OPENLINEAGE__NAMESPACE="commit-tests")
+        """, TEST_WORK / "openlineage-rerun.jsonl")
     assert proc.stdout.count("STATE success") == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     manifest = read_success_marker(str(target), verify_files=True)
     assert manifest["generation"] == 1 and manifest["totals"]["rows"] == 40
 
-    events = [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()]
     complete = [e for e in events if e["job"]["name"] == f"{dag_id}.stage.commit" and e["eventType"] == "COMPLETE"]
     assert len(complete) == 2
     [first], [second] = (e["outputs"] for e in complete)
