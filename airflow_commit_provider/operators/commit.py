@@ -119,7 +119,29 @@ def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
     if out.get("mode") == "dynamic" and "partition_by" in args and not out["partition_by"]:
         raise bad("partition_by", "mode='dynamic' replaces the partitions a job writes, so it needs partition_by")
     _check_table_args(args, out, bad)
+    _check_keyed_v2(args, out, bad)
     return out
+
+
+#: modes whose job commit deletes nothing but the job's own earlier generation (a re-run's)
+_KEEPING_MODES = ("append", "error")
+
+
+def _check_keyed_v2(args: Mapping[str, Any], out: Mapping[str, Any],
+                    bad: Callable[[str, str], InvalidOutputSpec]) -> None:
+    """Algorithm 2 with a ``job_key`` in ``append`` or ``error`` mode is refused (when all three are given). Every
+    run of the key after the first is a new generation of one job that replaces the last one's files at its job
+    commit; algorithm 2 publishes each task's files at its task commit, so for the whole write stage a reader
+    would see the key's rows twice, the old generation's and the new one's. In ``overwrite`` and ``dynamic`` mode,
+    old files beside new ones until the job commit is what algorithm 2 does in every run (README), key or not."""
+    if not {"algorithm", "job_key", "mode"} <= set(args) or args["job_key"] is None:
+        return
+    if out["algorithm"] == 2 and out["mode"] in _KEEPING_MODES:
+        raise bad("algorithm", f"with job_key={args['job_key']!r} in mode={out['mode']!r}, every run of the key "
+                               "after the first replaces the last one's rows at its job commit, and algorithm 2 "
+                               "publishes each task's files at its task commit: readers would see the key's rows "
+                               "twice until then. Use algorithm=1 (nothing is visible before the job commit; on S3 "
+                               "also 'magic'), or no job_key (each run its own job)")
 
 
 def _check_table_args(args: Mapping[str, Any], out: Mapping[str, Any],
@@ -438,15 +460,15 @@ class CommitWriteOperator(CommitBaseOperator):
 
     def _write_shards(self, first: FileOutputCommitter, context: Mapping[str, Any], map_index: int, attempt: int,
                       call_kwargs: Mapping[str, Any], inputs: str) -> dict[str, Any]:
-        # *first*: the task instance's committer; every shard's shares its store (and the connection behind it)
+        # *first*: the task instance's committer; every shard's is its twin (store, connection, table)
         n = self.shards_per_task
 
         def produce(shard: int, task: int, writer: Any) -> None:
             self._produce({**call_kwargs, "shard_index": shard, "shards_per_task": n, "task_number": task}, writer)
 
-        outcome = run_shards(lambda: FileOutputCommitter(first.store, first.job_id, first.config), map_index, n,
-                             attempt, produce, threads=self.shard_threads, compression=self.compression,
-                             max_rows_per_file=self.max_rows_per_file, fatal=DETERMINISTIC_ERRORS, inputs=inputs)
+        outcome = run_shards(first.twin, map_index, n, attempt, produce, threads=self.shard_threads,
+                             compression=self.compression, max_rows_per_file=self.max_rows_per_file,
+                             fatal=DETERMINISTIC_ERRORS, inputs=inputs)
         summary = outcome.to_dict()
         self.log.info("task instance %s attempt %s: %s shards (tasks %s-%s): %s; ran the callable for shards %s; "
                       "%s files, %s rows", map_index, attempt, n, summary["tasks"][0], summary["tasks"][-1],
@@ -542,6 +564,7 @@ class CommitJobOperator(CommitLineageMixin, CommitBaseOperator):
                           "%d committed job record director%s it would have", removed, "y" if removed == 1 else "ies")
         summary = CommitSummary.from_manifest(manifest)
         self._committed = (manifest, summary, committer.store)   # what the OpenLineage facets report (lineage.py)
+        self._commit_log = committer.commit_log
         self.log.info("job %s committed: %s files, %s rows, %s bytes in %s tasks (application attempt %s); "
                       "stages: %s", manifest["job_id"], *(manifest["totals"][k] for k in ("files", "rows", "bytes",
                                                                                          "tasks")),

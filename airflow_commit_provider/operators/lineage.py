@@ -9,6 +9,13 @@ footer of one written Parquet file, plus the partition columns, which live in di
 ``lifecycleStateChange`` ``OVERWRITE`` for ``overwrite`` and ``dynamic`` mode. A failed commit reports no output:
 nothing was published.
 
+A generation that replaced an earlier generation of its own job (a clear after success; a second run of one
+``job_key``) removed that generation's rows while it added its own, in every mode. ``outputStatistics`` counts
+only what it wrote, so the output also carries ``commitProvider_replacedGeneration`` (:data:`REPLACED_FACET`): the
+replaced generation's job uuid and number and what it had published (rows, bytes, files), so that a consumer
+summing rows subtracts them. OpenLineage has no standard facet for "part of the dataset was replaced":
+``OVERWRITE`` would say the whole target was, which in ``append`` mode is false (other jobs' rows stay).
+
 A table stage's output is the table: a Delta table is named by its location (as a directory would be); an Iceberg
 table by its catalog identifier (``ns.events``) in the namespace of the store holding its files, with a
 ``symlinks`` facet naming its location; both carry the ``version`` facet: the Delta version or the Iceberg snapshot
@@ -17,11 +24,20 @@ id the job's transaction made (the one a consumer should read).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 #: Object stores whose namespace is the bucket (OpenLineage naming spec), the name the key prefix.
 _BUCKET_SCHEMES = ("s3", "s3a", "gs", "gcs", "abfs", "abfss", "wasbs")
+
+
+#: The output dataset facet naming the generation a re-run replaced (a custom facet: the provider's prefix).
+REPLACED_FACET = "commitProvider_replacedGeneration"
+#: The facet's ``_schemaURL``: its JSON schema ships with the package, next to this module, under that file name.
+#: A URN, not a machine's path: the same in every event, wherever the worker installed the package.
+REPLACED_FACET_SCHEMA = "urn:airflow-commit-provider:schema:ReplacedGenerationDatasetFacet.json"
 
 
 def dataset_name(url: str) -> tuple[str, str]:
@@ -39,6 +55,8 @@ class CommitLineageMixin:
     what its ``execute`` committed (``self._committed``: the manifest, its summary and the target's store)."""
 
     _committed: tuple[dict[str, Any], Any, Any] | None = None
+    #: reads the job's commit log (``FileOutputCommitter.commit_log``) of what ``execute`` committed
+    _commit_log: Any = None
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         from airflow.providers.common.compat.openlineage.facet import (
@@ -59,6 +77,9 @@ class CommitLineageMixin:
         schema = self._schema_facet(manifest, store)
         if schema is not None:
             facets["schema"] = schema
+        replaced = self._replaced_generation(summary)
+        if replaced is not None:
+            facets[REPLACED_FACET] = replaced
         if summary.mode in ("overwrite", "dynamic"):
             facets["lifecycleStateChange"] = LifecycleStateChangeDatasetFacet(
                 lifecycleStateChange=LifecycleStateChange.OVERWRITE)
@@ -72,6 +93,19 @@ class CommitLineageMixin:
         from airflow.providers.openlineage.extractors import OperatorLineage
 
         return OperatorLineage()
+
+    def _replaced_generation(self, summary: Any) -> Any:
+        """The facet naming the generation this commit replaced, with what that generation had published (from the
+        job's commit log, which keeps the summaries of earlier generations); ``None`` for a first generation."""
+        if summary.replaced_generation is None:
+            return None
+        log = self._commit_log() if self._commit_log is not None else None
+        earlier = next((g for g in (log.history if log is not None else ())
+                        if g.get("job_uuid") == summary.replaced_generation), None)
+        totals: Mapping[str, Any] = (earlier or {}).get("totals") or {}
+        return replaced_generation_facet_class()(
+            jobUuid=summary.replaced_generation, generation=(earlier or {}).get("generation"),
+            rowCount=totals.get("rows"), size=totals.get("bytes"), fileCount=totals.get("files"))
 
     def _schema_facet(self, manifest: dict[str, Any], store: Any) -> Any:
         """The columns of the written Parquet files (one footer read) and the partition columns; ``None`` when
@@ -91,6 +125,31 @@ class CommitLineageMixin:
         fields += [SchemaDatasetFacetFields(name=key, type="string", description="partition column (directory)")
                    for key in manifest.get("partition_by", []) if key not in schema.names]
         return SchemaDatasetFacet(fields=fields)
+
+
+@functools.cache
+def replaced_generation_facet_class() -> type:
+    """``ReplacedGenerationDatasetFacet``: an OpenLineage dataset facet (built on first use, so that nothing of
+    OpenLineage is imported without it). Its JSON schema ships next to this module."""
+    import attr
+    from openlineage.client.generated.base import DatasetFacet
+
+    @attr.define
+    class ReplacedGenerationDatasetFacet(DatasetFacet):
+        """The generation of this job that the commit replaced, and what it had published."""
+
+        jobUuid: str  # noqa: N815
+        generation: int | None = attr.field(default=None)
+        rowCount: int | None = attr.field(default=None)  # noqa: N815
+        size: int | None = attr.field(default=None)
+        fileCount: int | None = attr.field(default=None)  # noqa: N815
+        _additional_skip_redact = ["jobUuid", "generation", "rowCount", "size", "fileCount"]
+
+        @staticmethod
+        def _get_schema() -> str:
+            return REPLACED_FACET_SCHEMA
+
+    return ReplacedGenerationDatasetFacet
 
 
 def _table_dataset(table: dict[str, Any], data_root: str) -> tuple[str, str, dict[str, Any]]:

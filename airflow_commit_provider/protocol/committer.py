@@ -102,6 +102,12 @@ class FileOutputCommitter(OutputCommitter):
         self.job = Job(store, job_id, self.config, table)
         self.attempts = TaskAttempts(self.job)
 
+    def twin(self) -> FileOutputCommitter:
+        """Another committer of the same job, for another thread (a committer is not shared between threads):
+        the same store (and the connection behind it), configuration and table. Built from these three, never
+        from fewer: a twin without the table is a committer of another target, which the job refuses."""
+        return type(self)(self.store, self.job_id, self.config, table=self.table)
+
     # ------------------------------------------------------------------ what the job is
     @property
     def job_id(self) -> str:

@@ -22,6 +22,7 @@ from airflow_commit_provider.operators.lineage import dataset_name
 from airflow_commit_provider.protocol import read_success_marker
 
 from ..conftest import DAGS_FOLDER, REPO, TEST_ROOT, TEST_WORK
+from ..protocol import scenario as sc
 
 pytest.importorskip("airflow.providers.openlineage", reason="the optional openlineage extra is not installed")
 
@@ -40,24 +41,28 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess:
                           timeout=600, env={**os.environ, "PYTHONPATH": str(REPO), **env})
 
 
+def _run_dags(module: str, runs: str, events_file, **env: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """*runs* (Python lines using *module*, a module of the test DAGs, each printing ``STATE <state>``) in a process
+    whose OpenLineage events go to *events_file* through the file transport; the process and the events."""
+    events_file.unlink(missing_ok=True)
+    proc = _run(f"import sys\nsys.path.insert(0, {str(DAGS_FOLDER)!r})\nimport {module}\n{textwrap.dedent(runs)}",
+                AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps({"type": "file", "log_file_path": str(events_file),
+                                                             "append": True}),
+                AIRFLOW__OPENLINEAGE__NAMESPACE="commit-tests", **env)
+    lines = events_file.read_text().splitlines() if events_file.exists() else []
+    return proc, [json.loads(line) for line in lines if line.strip()]
+
+
 @pytest.mark.airflow
 def test_commit_reports_its_output_through_a_real_transport(airflow_db):
     dag_id = "ct_overwrite_v1"
-    events_file = TEST_WORK / "openlineage.jsonl"
-    events_file.unlink(missing_ok=True)
     target = TEST_ROOT / dag_id
-    proc = _run(f"""
-        import sys
-        sys.path.insert(0, {str(DAGS_FOLDER)!r})
-        import commit_test_dags
-        print("STATE", commit_test_dags.{dag_id}.test().state)
-        """, AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps({"type": "file", "log_file_path": str(events_file),
-                                                         "append": True}),
-        AIRFLOW__OPENLINEAGE__NAMESPACE="commit-tests", COMMIT_PROVIDER_FAULTS="commit_job.after_withdraw=raise")
+    proc, events = _run_dags("commit_test_dags", f'print("STATE", commit_test_dags.{dag_id}.test().state)',
+                             TEST_WORK / "openlineage.jsonl",
+                             COMMIT_PROVIDER_FAULTS="commit_job.after_withdraw=raise")
     assert "STATE success" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     manifest = read_success_marker(str(target), verify_files=True)
 
-    events = [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()]
     commit = [e for e in events if e["job"]["name"] == f"{dag_id}.stage.commit"]
     assert [e["eventType"] for e in commit] == ["START", "FAIL", "START", "COMPLETE"], [e["eventType"] for e in
                                                                                         commit]
@@ -85,18 +90,9 @@ def test_a_table_stage_reports_the_table_and_its_version(airflow_db):
     import deltalake
     from pyiceberg.catalog.sql import SqlCatalog
 
-    events_file = TEST_WORK / "openlineage-tables.jsonl"
-    events_file.unlink(missing_ok=True)
-    proc = _run(f"""
-        import sys
-        sys.path.insert(0, {str(DAGS_FOLDER)!r})
-        import table_test_dags
-        print("STATE", table_test_dags.tbl_deploy.test().state)
-        """, AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps({"type": "file", "log_file_path": str(events_file),
-                                                         "append": True}),
-        AIRFLOW__OPENLINEAGE__NAMESPACE="commit-tests", COMMIT_PROVIDER_FAULTS="table_commit.after=raise")
+    proc, events = _run_dags("table_test_dags", 'print("STATE", table_test_dags.tbl_deploy.test().state)',
+                             TEST_WORK / "openlineage-tables.jsonl", COMMIT_PROVIDER_FAULTS="table_commit.after=raise")
     assert "STATE success" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
-    events = [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()]
     root = TEST_ROOT / "tbl_deploy"
     warehouse = root / "iceberg"
     iceberg = SqlCatalog("commit_provider", uri=f"sqlite:///{warehouse}/catalog.db",
@@ -152,3 +148,41 @@ def test_nothing_of_openlineage_is_imported_when_it_is_absent():
         print("LOADED", loaded)
         """)
     assert "LOADED []" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+
+@pytest.mark.airflow
+def test_a_rerun_that_replaced_its_own_generation_says_so(airflow_db):
+    """``ct_append_v1`` run, then its run cleared after success (same run id: a new generation of the job, which
+    replaces the first generation's 40 rows in ``append`` mode). The second COMPLETE reports 40 rows written, and
+    a consumer adding up ``outputStatistics`` would count 80: so the output names the generation it replaced and
+    what that generation held (a facet of this provider's; OpenLineage's ``OVERWRITE`` would claim the whole
+    target was replaced, which is false in ``append`` mode, where other jobs' rows stay). The first COMPLETE
+    carries no such facet."""
+    dag_id = "ct_append_v1"
+    target = TEST_ROOT / dag_id
+    proc, events = _run_dags("commit_test_dags", f"""
+        from datetime import datetime, timezone
+        day = datetime(2024, 7, 1, tzinfo=timezone.utc)
+        for _ in range(2):   # the run, then a clear of it after its success
+            print("STATE", commit_test_dags.{dag_id}.test(logical_date=day, run_after=day).state)
+        """, TEST_WORK / "openlineage-rerun.jsonl")
+    assert proc.stdout.count("STATE success") == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    manifest = read_success_marker(str(target), verify_files=True)
+    assert manifest["generation"] == 1 and manifest["totals"]["rows"] == 40
+
+    complete = [e for e in events if e["job"]["name"] == f"{dag_id}.stage.commit" and e["eventType"] == "COMPLETE"]
+    assert len(complete) == 2
+    [first], [second] = (e["outputs"] for e in complete)
+    assert "commitProvider_replacedGeneration" not in first["facets"], "the first generation replaced nothing"
+    assert second["outputFacets"]["outputStatistics"]["rowCount"] == 40
+    replaced = second["facets"]["commitProvider_replacedGeneration"]
+    assert (replaced["jobUuid"], replaced["generation"]) == (manifest["replaced_generation"], 0)
+    assert (replaced["rowCount"], replaced["fileCount"]) == (40, first["outputFacets"]["outputStatistics"][
+        "fileCount"])
+    assert replaced["size"] == first["outputFacets"]["outputStatistics"]["size"]
+    assert replaced["_schemaURL"].endswith("ReplacedGenerationDatasetFacet.json") and replaced["_producer"]
+    assert "lifecycleStateChange" not in second["facets"], "append mode: the rest of the target stays"
+    net = sum(e["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"]
+              - e["outputs"][0]["facets"].get("commitProvider_replacedGeneration", {}).get("rowCount", 0)
+              for e in complete)
+    assert net == len(sc.read_rows(str(target))) == 40

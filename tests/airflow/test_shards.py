@@ -179,3 +179,46 @@ def test_a_job_commit_refuses_a_shards_per_task_changed_since_the_setup(tmp_path
     assert not (tmp_path / "out" / "_SUCCESS").exists() and sc.read_rows(root) == []
     commits[before].execute(context)
     assert sorted(r["x"] for r in sc.read_rows(root)) == list(range(before))
+
+
+def test_table_stages_with_shards_retry_a_shard_and_a_keyed_second_run_replaces_the_first(dags):
+    """Delta and Iceberg stages with ``shards_per_task=3`` and ``job_key``: shard 1 of instance 0 and shard 2 of
+    instance 1 fail their first try and the retries commit them; the tables read back (with their own readers)
+    every row once, added by one transaction per job commit. A second run of the interval (another run id, the
+    same job) replaces the first's rows in one more transaction: rows still once, from the second run."""
+    pytest.importorskip("deltalake")
+    pytest.importorskip("pyiceberg")
+    from datetime import datetime, timedelta, timezone
+
+    import pyarrow as pa
+
+    from ..protocol.test_tables import delta_table, iceberg_table, transactions
+
+    tables = {"delta": {"format": "delta", "location": str(TEST_ROOT / "sh_tables" / "delta")},
+              "iceberg": {"format": "iceberg", "location": str(TEST_ROOT / "sh_tables" / "iceberg"),
+                          "table_name": "shards.events"}}
+
+    def read(cfg: dict) -> pa.Table:
+        return pa.table(delta_table(cfg).to_pyarrow_table()) if cfg["format"] == "delta" else \
+            iceberg_table(cfg).scan().to_arrow()
+
+    day, tasks = datetime(2024, 6, 1, tzinfo=timezone.utc), INSTANCES * 3
+    for task in (1, 5):
+        (TEST_WORK / f"fail-sh_tables-{task}-1").touch()
+    for n, hours in enumerate((1, 2)):
+        dr = dags.sh_tables.test(logical_date=day, run_after=day + timedelta(hours=hours))
+        assert dr.state == "success", states(dr)
+        if n == 0:
+            assert {k: v for k, v in states(dr).items() if k.endswith(".write[0]") or k.endswith(".write[1]")} == \
+                {f"{s}.write[{i}]": ("success", 2) for s in tables for i in (0, 1)}
+            for task in (1, 5):
+                (TEST_WORK / f"fail-sh_tables-{task}-1").unlink()
+        for stage, cfg in tables.items():
+            t = read(cfg)
+            assert Counter(zip(t["task"].to_pylist(), t["row"].to_pylist())) == {
+                (k, r): 1 for k in range(tasks) for r in range(ROWS)}, f"{stage}, run {n + 1}: rows once"
+            attempts = dict(zip(t["task"].to_pylist(), t["attempt"].to_pylist()))
+            assert attempts == {k: 2 if n == 0 and k in (1, 5) else 1 for k in range(tasks)}, (stage, n)
+            assert transactions(cfg) == n + 1, f"{stage}: one transaction per job commit"
+    assert calls("sh_tables") == {**{(k, 1): 4 for k in range(tasks)}, (1, 2): 2, (5, 2): 2}, \
+        "per stage: every shard once per run, plus the failed shards' retries in the first run"

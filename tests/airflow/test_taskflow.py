@@ -7,7 +7,8 @@
 - an ``@task`` function given as ``python_callable`` fails where the DAG is parsed, naming the fix;
 - a missing partition column fails each write once, without retry, while a transient error is retried;
 - two runs of one data interval with ``job_key="{{ data_interval_start }}"`` leave the interval's rows once in
-  ``append`` mode; without it (each run its own job) they are appended twice.
+  ``append`` mode; without it (each run its own job) they are appended twice; a keyed run after a failed one
+  recovers what the failed run committed, and a keyed run after a successful one replaces it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 from airflow.sdk import DAG, task
 
 from airflow_commit_provider.decorators.commit_stage import commit_stage_task
-from airflow_commit_provider.operators.commit import CommitWriteOperator
+from airflow_commit_provider.operators.commit import CommitSetupOperator, CommitWriteOperator
 from airflow_commit_provider.operators.stage import commit_stage
 from airflow_commit_provider.operators.summary import CommitSummary
 from airflow_commit_provider.protocol import InvalidOutputSpec, read_success_marker
@@ -200,3 +201,89 @@ def test_job_key_makes_two_runs_of_one_interval_one_job(dags):
     per_run = sc.read_rows(str(TEST_ROOT / "tf_job_key" / "per_run"))
     assert len(per_run) == 40 and Counter((r["shard"], r["row"]) for r in per_run) == {
         (s, r): 2 for s in (0, 1) for r in range(10)}, "without job_key, each run is a job of its own"
+
+
+@pytest.mark.airflow
+def test_a_keyed_run_after_a_failed_one_recovers_what_it_committed_then_a_third_replaces(dags):
+    """README: with ``job_key``, "a run after a failed one continues the job and recovers the tasks the failed run
+    committed". Run 1 of the interval fails (shard 1 fails both tries; its teardown keeps shards 0 and 2); run 2,
+    another run id of the same interval, recovers shards 0 and 2 without calling their code, runs shard 1 and
+    commits; run 3, after that success, is a new generation replacing run 2's rows. Each time: rows once."""
+    dag, root = dags.tf_key_after_failure, str(TEST_ROOT / "tf_key_after_failure" / "keyed")
+    day = datetime(2024, 4, 1, tzinfo=timezone.utc)
+    for try_number in (1, 2):
+        (TEST_WORK / f"fail-tf_key_after_failure-1-{try_number}").touch()
+    first = dag.test(logical_date=day, run_after=day + timedelta(hours=1))
+    assert first.state == "failed" and states(first)["keyed.abort[-1]"][0] == "success", states(first)
+    assert sc.read_rows(root) == [], "nothing visible after the failed run"
+    for try_number in (1, 2):
+        (TEST_WORK / f"fail-tf_key_after_failure-1-{try_number}").unlink()
+
+    def exactly_once() -> list[dict]:
+        rows = sc.read_rows(root)
+        assert Counter((r["shard"], r["row"]) for r in rows) == {(s, r): 1 for s in range(3) for r in range(10)}
+        return rows
+
+    second = dag.test(logical_date=day, run_after=day + timedelta(hours=2))
+    assert second.state == "success" and second.run_id != first.run_id, states(second)
+    assert calls("tf_key_after_failure") == {("keyed", 0): 1, ("keyed", 1): 3, ("keyed", 2): 1}, \
+        "shards 0 and 2 were recovered from the failed run, not run again"
+    rows = exactly_once()
+    assert {r["shard"]: r["try"] for r in rows} == {0: 1, 1: 1, 2: 1}
+    manifest = read_success_marker(root, verify_files=True)
+    assert (manifest["generation"], manifest["app_attempt"], manifest["totals"]["rows"]) == (0, 1, 30)
+    assert CommitSummary.from_manifest(manifest).tasks_recovered == [0, 2]
+
+    third = dag.test(logical_date=day, run_after=day + timedelta(hours=3))
+    assert third.state == "success", states(third)
+    assert calls("tf_key_after_failure") == {("keyed", 0): 2, ("keyed", 1): 4, ("keyed", 2): 2}
+    exactly_once()
+    manifest = read_success_marker(root, verify_files=True)
+    assert manifest["generation"] == 1 and manifest["replaced_generation"] is not None
+
+
+def test_algorithm_2_with_a_job_key_in_append_or_error_mode_is_refused_where_the_dag_is_parsed():
+    """A keyed re-run under algorithm 2 would publish its tasks' files next to the last run's until its job
+    commit: the interval's rows twice, visible. Refused by every way of building a stage, before a task exists."""
+    key = "{{ data_interval_start }}"
+    why = (r"algorithm=('v2'|2): with job_key='\{\{ data_interval_start \}\}' in mode='(append|error)', every run "
+           r"of the key after the first replaces the last one's rows at its job commit, .* Use algorithm=1")
+    with DAG("tf_keyed_v2", schedule="@daily", start_date=START) as dag:
+        for mode in ("append", "error"):
+            with pytest.raises(InvalidOutputSpec, match=r"^commit_stage\('s'\): " + why):
+                commit_stage("s", target="/data/x", python_callable=load, expand_op_kwargs=[{"shard": 0}],
+                             algorithm="v2", mode=mode, job_key=key)
+        with pytest.raises(InvalidOutputSpec, match=r"^@task.commit_stage on load\(\): " + why):
+            commit_stage_task(target="/data/x", algorithm=2, mode="append", job_key=key)(load)
+        with pytest.raises(InvalidOutputSpec, match=r"^CommitSetupOperator\(task_id='setup'\): " + why):
+            CommitSetupOperator(task_id="setup", target="/data/x", algorithm=2, job_key=key)   # mode error
+        with pytest.raises(InvalidOutputSpec, match=r"^CommitWriteOperator.partial\(task_id='w'\): " + why):
+            CommitWriteOperator.partial(task_id="w", target="/data/x", python_callable=load, algorithm=2,
+                                        mode="append", job_key=key)
+        assert dag.task_ids == [], "nothing half-built"
+        # what the advice names, and what algorithm 2 does anyway in the modes that replace: accepted
+        commit_stage("v1", target="/data/x", python_callable=load, expand_op_kwargs=[{"shard": 0}], algorithm=1,
+                     mode="append", job_key=key)
+        commit_stage("no_key", target="/data/y", python_callable=load, expand_op_kwargs=[{"shard": 0}],
+                     algorithm=2, mode="append")
+        for mode in ("overwrite", "dynamic"):
+            commit_stage(f"v2_{mode}", target=f"/data/{mode}", python_callable=load, algorithm=2, mode=mode,
+                         partition_by="shard", expand_op_kwargs=[{"shard": 0}], job_key=key)
+
+
+@pytest.mark.airflow
+def test_a_keyed_rerun_under_algorithm_1_shows_the_last_runs_rows_once_until_its_job_commit(dags):
+    """The refusal's advice followed: ``algorithm=1`` with the key in ``append`` mode. A reader between the
+    second run's last task commit and its job commit sees the first run's rows once (nothing of the second run);
+    after the commit, the second run's rows once."""
+    dag, root = dags.tf_key_peek, str(TEST_ROOT / "tf_key_peek" / "keyed")
+    day = datetime(2024, 8, 1, tzinfo=timezone.utc)
+    runs = [dag.test(logical_date=day, run_after=day + timedelta(hours=h)) for h in (1, 2)]
+    assert [dr.state for dr in runs] == ["success", "success"], [states(dr) for dr in runs]
+    once = sorted([s, r] for s in range(2) for r in range(10))
+    seen = [sorted(json.loads((TEST_WORK / f"peek-{dr.run_id}.json").read_text())) for dr in runs]
+    assert seen == [[], once], "mid-stage: nothing of the first run; the first run's rows once in the second"
+    rows = sc.read_rows(root)
+    assert sorted([r["shard"], r["row"]] for r in rows) == once
+    assert calls("tf_key_peek") == {("keyed", 0): 2, ("keyed", 1): 2}
+    assert read_success_marker(root, verify_files=True)["generation"] == 1

@@ -68,3 +68,14 @@ with DAG("sh_rekeyed", schedule=None, start_date=datetime(2024, 1, 1), catchup=F
     commit_stage("write", target=os.path.join(ROOT, "sh_rekeyed"), python_callable=shard_rows,
                  expand_op_kwargs=[{"day": d} for d in range(INSTANCES)], mode="append", job_key="fixed",
                  shards_per_task=int(open(_REKEYED).read()) if os.path.exists(_REKEYED) else SHARDS, shard_threads=1)
+
+
+# sh_tables: a Delta stage and an Iceberg stage (SQLite catalog in its target) with shards, one job per data
+# interval: a failing shard's retry, and a second run of the interval replacing the first's rows in its table
+with DAG("sh_tables", schedule="@daily", start_date=datetime(2024, 1, 1), catchup=False, default_args=DEFAULTS,
+         tags=["airflow-commit-provider-tests"]) as sh_tables:
+    for _stage, _table in (("delta", {"table_format": "delta"}),
+                           ("iceberg", {"table_format": "iceberg", "table_name": "shards.events"})):
+        commit_stage(_stage, target=os.path.join(ROOT, "sh_tables", _stage), python_callable=shard_rows,
+                     expand_op_kwargs=[{"day": d} for d in range(INSTANCES)], mode="append", partition_by=["day"],
+                     shards_per_task=3, shard_threads=1, job_key="{{ data_interval_start }}", **_table)

@@ -130,6 +130,38 @@ with DAG("tf_job_key", schedule="@daily", start_date=datetime(2024, 1, 1), catch
                  expand_op_kwargs=[{"shard": s} for s in range(2)], mode="append", partition_by=["day"])
 
 
+with DAG("tf_key_after_failure", schedule="@daily", start_date=datetime(2024, 1, 1), catchup=False,
+         default_args=DEFAULTS, tags=["airflow-commit-provider-tests"]) as tf_key_after_failure:
+    def load_day_or_fail(shard: int, ti, data_interval_start) -> pa.Table:
+        record_call(ti, shard)
+        table = rows(shard, ti.try_number, day_of=lambda r: data_interval_start.date().isoformat())
+        fail_if_flagged(ti, shard)
+        return table
+
+    # a run whose shard fails every try fails; the next run of the interval (another run id) is the same job
+    commit_stage("keyed", target=target("tf_key_after_failure", "keyed"), python_callable=load_day_or_fail,
+                 expand_op_kwargs=[{"shard": s} for s in range(3)], mode="append", job_key="{{ data_interval_start }}")
+
+with DAG("tf_key_peek", schedule="@daily", start_date=datetime(2024, 1, 1), catchup=False, default_args=DEFAULTS,
+         tags=["airflow-commit-provider-tests"]) as tf_key_peek:
+    # algorithm 1 (what the refusal of algorithm 2 with a job_key in append mode advises), and a reader between the
+    # last task commit and the job commit, writing the (shard, row) pairs it sees to peek-<run_id>.json
+    keyed_v1 = commit_stage("keyed", target=target("tf_key_peek", "keyed"), python_callable=load_day_or_fail,
+                            expand_op_kwargs=[{"shard": s} for s in range(2)], mode="append", algorithm=1,
+                            job_key="{{ data_interval_start }}")
+
+    @task
+    def peek(run_id=None) -> int:
+        import pyarrow.dataset as ds
+
+        root = target("tf_key_peek", "keyed")
+        seen = ds.dataset(root, format="parquet").to_table().to_pylist() if os.path.isdir(root) else []
+        with open(os.path.join(WORK, f"peek-{run_id}.json"), "w") as fh:
+            json.dump([[r["shard"], r["row"]] for r in seen], fh)
+        return len(seen)
+
+    tf_key_peek.task_dict["keyed.write"] >> peek() >> tf_key_peek.task_dict["keyed.commit"]
+
 # ------------------------------------------------- an asset watcher on a target: a DAG run per committed job
 WATCHED = target("tf_watch_source", "events")
 
