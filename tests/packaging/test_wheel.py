@@ -54,8 +54,22 @@ def test_build_makes_a_wheel_and_an_sdist_with_the_examples(dist):
     assert any(m.endswith("airflow_commit_provider/example_dags/example_retry_recover.py") for m in members)
 
 
+def readme_install_lines() -> list[str]:
+    """The README's install commands for an existing deployment, as printed (continuation lines joined): the
+    ``pip install`` lines of the bash block under "## Install" (its ``python -m build`` line is the ``dist``
+    fixture's command)."""
+    text = (REPO / "README.md").read_text()
+    block = text[text.index("## Install"):]
+    block = block[block.index("```bash") + len("```bash"):]
+    block = block[:block.index("```")].replace("\\\n", " ")
+    lines = [line.split("  #")[0].strip() for line in block.splitlines()]
+    return [line for line in lines if line.startswith("pip install")]
+
+
 @pytest.mark.timeout(3600)  # a cold pip cache downloads Airflow; a warm one installs in a few minutes
 def test_installed_wheel_runs_the_demo(dist, tmp_path):
+    """The README's install line, run word for word in a deployment that has Airflow already (a fresh venv with
+    Airflow installed first), from a folder holding ``dist/`` and ``constraints.txt`` as a checkout does."""
     [wheel] = dist.glob("*.whl")
     venv = tmp_path / "venv"
     t0 = time.monotonic()
@@ -63,8 +77,18 @@ def test_installed_wheel_runs_the_demo(dist, tmp_path):
     python = venv / "bin" / "python"
     # --no-compile: Airflow's thousands of modules are byte-compiled on first import instead (about a third of
     # the install time)
-    _run([python, "-m", "pip", "install", "-q", "--no-compile", "-c", REPO / "constraints.txt", wheel], timeout=2400,
-         cwd=tmp_path)
+    _run([python, "-m", "pip", "install", "-q", "--no-compile", "-c", REPO / "constraints.txt", "apache-airflow"],
+         timeout=2400, cwd=tmp_path)
+    site = tmp_path / "site"
+    (site / "dist").mkdir(parents=True)
+    (site / "dist" / wheel.name).symlink_to(wheel)
+    (site / "constraints.txt").write_text((REPO / "constraints.txt").read_text())
+    [line] = readme_install_lines()
+    assert wheel.name in line, f"the README installs {line!r}, the build made {wheel.name}"
+    env_path = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", "PIP_NO_COMPILE": "1"}
+    _run(["bash", "-c", line], cwd=site, env=env_path, timeout=2400)
+    _run([python, "-c", "import deltalake, pyiceberg, airflow.providers.openlineage"], cwd=tmp_path)
+    assert "inspect" in _run([venv / "bin" / "airflow-commit", "--help"], cwd=tmp_path).stdout
     installed = time.monotonic() - t0
     where = _run([python, "-c", "import airflow_commit_provider as p; print(p.__file__)"], cwd=tmp_path).stdout
     assert where.startswith(str(venv)), where          # the wheel's copy, not the checkout
