@@ -3,6 +3,7 @@
 A response lost after its request took effect makes the client resend it, and the resent request meets what the
 first one did: an exclusive create answers 412 for the caller's own object, a multipart completion finds its
 upload gone. The store resolves each answer: it compares the object with what its own request would have made.
+Setup, which took its own marker for another setup's and claimed the next application attempt, for ever, ends.
 """
 
 from __future__ import annotations
@@ -58,6 +59,20 @@ def test_a_part_resent_after_a_reset_is_sent_whole(bucket, fault_proxy):
     store.complete_upload("part", upload, [(1, etag)], len(data))
     assert rule.fired == 2, fault_proxy.counts()
     assert store.read_bytes("part") == data
+
+
+@pytest.mark.timeout(60)
+def test_setup_ends_when_every_other_create_answer_is_lost(bucket, fault_proxy):
+    """Setup claims application attempt 0: it looped over 0, 1, 2, ... for ever, each resent marker creation
+    taken for another setup's claim."""
+    store = proxied_store(fault_proxy, new_root(bucket)[1])
+    rule = fault_proxy.add("lose", method="PUT", header="If-None-Match", every=2)
+    ctx = committer(store, 1).setup_job()
+    assert ctx.app_attempt == 0
+    assert rule.fired >= 1, fault_proxy.counts()
+    names = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix="table/_temporary/")["Contents"]
+    assert [n["Key"] for n in names if n["Key"].endswith("/_app.json")] == \
+        [f"table/_temporary/{sc.JOB}/0/_app.json"], "exactly one application attempt claimed"
 
 
 @pytest.mark.timeout(120)
