@@ -74,7 +74,7 @@ def s3fs_fs(moto_server):
 @pytest.fixture
 def fault_proxy(moto_server):
     """A :class:`~.faultproxy.FaultProxy` in front of the session's moto server, with no fault armed yet."""
-    from .faultproxy import FaultProxy
+    from .faultproxy import FaultProxy, retrying_throttles
 
-    with FaultProxy(moto_server, lifetime=300) as proxy:
+    with FaultProxy(moto_server, lifetime=300) as proxy, retrying_throttles():
         yield proxy

@@ -22,11 +22,13 @@ leaves no proxy behind), and each forwarded request has a timeout.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
 import struct
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -255,7 +257,9 @@ def proxied_store(proxy: FaultProxy, root: str, *, retries: int = 5) -> Any:
 
     The client retries as s3fs does (*retries* tries, waits from 0.1 s growing 1.7 times), and botocore's own retry
     is off: its waits (up to 2**n seconds, in standard mode also a retry quota) would make every faulty cell take
-    tens of seconds, and s3fs's retry of a request whose answer was lost is the same resend as botocore's."""
+    tens of seconds, and s3fs's retry of a request whose answer was lost is the same resend as botocore's. A 503
+    without the word SlowDown (a throttled HEAD has no body), which botocore would retry and s3fs does not, is
+    retried within :func:`retrying_throttles`."""
     import s3fs
 
     from airflow_commit_provider.protocol.stores import S3Store
@@ -266,4 +270,20 @@ def proxied_store(proxy: FaultProxy, root: str, *, retries: int = 5) -> Any:
     return S3Store(fs, root)
 
 
-__all__ = ["ACTIONS", "FaultProxy", "Rule", "proxied_store"]
+
+@contextlib.contextmanager
+def retrying_throttles() -> Iterator[None]:
+    """s3fs retries every 503 in the block, as botocore (off in :func:`proxied_store`) would: through s3fs's
+    public hook for errors it should retry, which is process-wide, so it is put back afterwards."""
+    import s3fs.core
+
+    saved = s3fs.core.CUSTOM_ERROR_HANDLER
+    s3fs.core.set_custom_error_handler(
+        lambda exc: getattr(exc, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode") == 503)
+    try:
+        yield
+    finally:
+        s3fs.core.set_custom_error_handler(saved)
+
+
+__all__ = ["ACTIONS", "FaultProxy", "Rule", "proxied_store", "retrying_throttles"]
