@@ -86,3 +86,57 @@ def _no_faults_leak() -> None:
     yield
     os.environ.pop(faults.ENV_VAR, None)
     faults.disarm()
+
+
+# ---------------------------------------------------------------------------------------------------- test tiers
+#: Every test belongs to one tier, assigned here and nowhere else: by directory, and within tests/protocol by module
+#: for those that run real worker processes, table formats or long schedules. A plain ``pytest`` runs the ``unit``
+#: tier (in-process, seconds); ``pytest --tier all`` runs every tier (what CI runs); ``--tier s3,airflow`` some.
+#: Paths or node ids named on the command line run whatever tier they are in.
+TIERS = ("unit", "heavy", "s3", "airflow", "system")
+_TIER_OF_DIR = {"s3": "s3", "airflow": "airflow", "deployment": "system", "compat": "system", "packaging": "system",
+                "powercut": "system"}
+_HEAVY_PROTOCOL_MODULES = {
+    "test_tables", "test_marker_reads", "test_lifecycle_schedules", "test_crash_matrix", "test_shards",
+    "test_compaction_tables", "test_lifecycle_seams", "test_lifecycle_processes", "test_races", "test_error_claim",
+    "test_dedup", "test_recover_valid", "test_maintenance_tables", "test_partition_values",
+    "test_compaction_markers", "test_compaction", "test_packaging",
+}
+
+
+def tier_of(path: Path) -> str:
+    rel = path.resolve().relative_to(REPO / "tests").parts
+    if rel[0] in _TIER_OF_DIR:
+        return _TIER_OF_DIR[rel[0]]
+    if rel[0] == "protocol" and path.stem in _HEAVY_PROTOCOL_MODULES:
+        return "heavy"
+    return "unit"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--tier", default=None, help=f"comma-separated tiers to run, of {', '.join(TIERS)}, or 'all' "
+                     "(default: unit, when no test path is named)")
+
+
+def pytest_configure(config):
+    for tier in TIERS:
+        config.addinivalue_line("markers", f"{tier}: test tier '{tier}' (assigned by directory in tests/conftest.py)")
+
+
+def pytest_collection_modifyitems(config, items):
+    chosen = config.getoption("--tier")
+    if chosen is None:
+        named = config.args_source != pytest.Config.ArgsSource.TESTPATHS
+        chosen = "all" if named else "unit"
+    wanted = set(TIERS) if chosen == "all" else {t.strip() for t in chosen.split(",")}
+    unknown = wanted - set(TIERS)
+    if unknown:
+        raise pytest.UsageError(f"--tier {chosen}: unknown tier(s) {sorted(unknown)}; use {', '.join(TIERS)} or all")
+    keep, drop = [], []
+    for item in items:
+        tier = tier_of(Path(str(item.fspath)))
+        item.add_marker(tier)
+        (keep if tier in wanted else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

@@ -18,9 +18,8 @@ How Airflow maps onto Hadoop's model (see the README for the full table):
 
 from __future__ import annotations
 
-import hashlib
 import inspect
-import re
+import shlex
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -34,6 +33,7 @@ from ..protocol.config import check_threads, normalize_algorithm, partition_colu
 from ..protocol.modes import check_mode
 from ..protocol.tables import FORMATS as TABLE_FORMATS, TableTarget, table_target
 from .failures import DETERMINISTIC_ERRORS, fail_fast_on_deterministic_errors
+from .identity import job_names, make_job_id
 from .lineage import CommitLineageMixin
 from .setup_context import SetupContext
 from .shards import check_job_shards, check_shard_callable, check_shards, run_shards
@@ -41,23 +41,6 @@ from .summary import CommitSummary
 
 #: Task state store key holding a write task's commit outcome (Airflow 3.3+: the task instance's "Storage" tab).
 STATE_KEY = "commit"
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def make_job_id(dag_id: str, job_key: str, job_name: str) -> str:
-    """A directory-safe job id, stable for one stage of one DAG run (*job_key* = the run id) or of whatever
-    *job_key* names (a data interval: every run of it is the same job).
-
-    Run ids and rendered dates hold ``:``, ``+`` and spaces (``manual__2024-01-01T00:00:00+00:00``); unsafe
-    characters become ``_`` and a short hash of the exact original keeps two ids that differ only in those
-    characters apart.
-    """
-    raw = f"{dag_id}__{job_key}__{job_name}"
-    safe = _UNSAFE.sub("_", raw).strip("._-") or "job"
-    if safe != raw or len(safe) > 180:
-        safe = f"{safe[:180]}-{hashlib.sha1(raw.encode()).hexdigest()[:10]}"
-    return safe.replace("..", "_")
 
 
 def check_user_callables(python_callable: Any, writer_callable: Any, owner: str) -> None:
@@ -273,8 +256,12 @@ class CommitBaseOperator(BaseOperator):
                                     "it must name the job (say '{{ data_interval_start }}')")
         return key
 
+    def job_names(self, context: Mapping[str, Any]) -> dict[str, str]:
+        """What names this run's job (:func:`~.identity.job_names`): its id derives from it, its record keeps it."""
+        return job_names(context["dag"].dag_id, self._job_key(context), self._job_name())
+
     def job_id(self, context: Mapping[str, Any]) -> str:
-        return make_job_id(context["dag"].dag_id, self._job_key(context), self._job_name())
+        return make_job_id(**self.job_names(context))
 
     def task_state(self, context: Mapping[str, Any], task_id: str | None, otherwise: str) -> str | None:
         """The state of another task instance of this run (``None`` when there is no such task, or its state
@@ -313,6 +300,7 @@ class CommitBaseOperator(BaseOperator):
             return
         if record is None:
             return
+        committer.job.check_record_names(record)   # a job named by another: say so, not that its shards differ
         check_job_shards(record.labels, self.shards_per_task, committer.job_id, f"{type(self).__name__} "
                                                                                 f"{self.task_id!r}")
 
@@ -322,9 +310,10 @@ class CommitBaseOperator(BaseOperator):
             labels["job_key"] = self._job_key(context)
         if self.shards_per_task != 1:
             labels["shards_per_task"] = self.shards_per_task
+        names = self.job_names(context)
         config = CommitConfig(algorithm=self.algorithm, mode=self.mode, partition_by=self.partition_by,
-                              commit_threads=self.commit_threads, labels=labels, durable=self.durable)
-        return CommitStorageHook(self.conn_id).make_committer(self.target, self.job_id(context), config,
+                              commit_threads=self.commit_threads, labels=labels, durable=self.durable, names=names)
+        return CommitStorageHook(self.conn_id).make_committer(self.target, make_job_id(**names), config,
                                                               table=self.table())
 
 
@@ -624,14 +613,10 @@ class CommitAbortOperator(CommitBaseOperator):
 
 
 def leftover_hint(committer: FileOutputCommitter, conn_id: str | None, target: Any, kept: Sequence[int]) -> str:
-    """What a failed run's teardown leaves under ``_temporary/<job>`` (kept for a clear of the run), and the one
-    call that removes it when the run will not be cleared (Hadoop's abortJob: the target as before the job)."""
+    """What a failed run's teardown leaves under ``_temporary/<job>`` (kept for a clear of the run), and the
+    command that removes it when the run will not be cleared (Hadoop's abortJob: the target as before the job)."""
     where = committer.store.url(committer.layout.job_dir)
-    remove = (f"python -c \"from airflow_commit_provider.hooks.storage import CommitStorageHook; "
-              f"from airflow_commit_provider.protocol import CommitConfig; "
-              f"CommitStorageHook({conn_id!r}).make_committer({str(target)!r}, {committer.job_id!r}, "
-              f"CommitConfig(algorithm={committer.algorithm!r}, mode={committer.mode!r}, "
-              f"partition_by={list(committer.partition_by)!r})).abort_job()\"")
+    remove = purge_command(committer, conn_id)
     if kept:
         return (f"kept {len(kept)} committed task(s) ({', '.join(map(str, kept))}) of job {committer.job_id} hidden "
                 f"under {where}: clear this DAG run to recover them (their code is not called again). If the run "
@@ -639,3 +624,11 @@ def leftover_hint(committer: FileOutputCommitter, conn_id: str | None, target: A
     return (f"nothing of job {committer.job_id} was committed; its records stay under {where} so that a clear of "
             f"this DAG run continues the job. If the run will not be cleared, remove them with: {remove} "
             f"(purge_on_failure=True on the stage removes them at every failure)")
+
+
+def purge_command(committer: FileOutputCommitter, conn_id: str | None) -> str:
+    """The ``airflow-commit`` line that purges *committer*'s job (:mod:`..cli`), quoted for a shell."""
+    words = ["airflow-commit", "abort", committer.store.url(), "--job", committer.job_id, "--purge"]
+    if conn_id:
+        words += ["--conn-id", conn_id]
+    return shlex.join(words)

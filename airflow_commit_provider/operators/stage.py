@@ -116,14 +116,16 @@ def build_stage(group_id: str, stage: StageArgs, write: Callable[[dict[str, Any]
                 add_suffix_on_collision: bool = False) -> tuple[TaskGroup, CommitJobOperator]:
     """The stage's TaskGroup and its commit task. *write* builds the write task(s) inside the group from the
     write arguments (``StageArgs.write_args`` plus ``job_name``) and returns the task, its mapped form or its
-    XComArg. The job name is the group's own id (with ``__1``... when *add_suffix_on_collision* renamed it)."""
+    XComArg. The job name is the group's full id (with ``__1``... when *add_suffix_on_collision* renamed it):
+    unique in the DAG, so stages of one name nested in two other groups are two jobs; for a group at the top of
+    the DAG it is its label, as in earlier releases."""
     with TaskGroup(group_id, add_suffix_on_collision=add_suffix_on_collision) as group:
-        common = {**stage.common, "job_name": group.label}
+        common = {**stage.common, "job_name": group.group_id}
         setup = CommitSetupOperator(task_id="setup", **common)
         if stage.ensure_target:
             EnsureTargetOperator(task_id="ensure_target", target=common["target"],
                                  conn_id=common["conn_id"]) >> setup
-        written = write({**stage.write_args(), "job_name": group.label})
+        written = write({**stage.write_args(), "job_name": group.group_id})
         write_task = getattr(written, "operator", written)   # a TaskFlow write returns its XComArg
         # the write's full task id (a stage inside another TaskGroup is prefixed by the outer group's id too)
         commit = CommitJobOperator(task_id="commit", write_task_id=write_task.task_id, trigger_rule="none_failed",

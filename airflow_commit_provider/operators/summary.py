@@ -2,8 +2,8 @@
 
 ``CommitJobOperator`` returns :meth:`CommitSummary.to_xcom`, a flat JSON dict whose keys are the field names below
 (plus ``commit_summary_version``); a downstream ``@task`` receives that dict, and may read it back typed with
-:meth:`CommitSummary.from_xcom`. The README's "The commit summary" table documents the same fields. The full
-record of the commit is ``_SUCCESS`` (its manifest, :func:`~airflow_commit_provider.protocol.read_success_marker`):
+:meth:`CommitSummary.from_xcom`. The user guide's "The commit summary" table (docs/user-guide.md) documents the
+same fields. The full record of the commit is ``_SUCCESS`` (its manifest, :func:`~airflow_commit_provider.protocol.read_success_marker`):
 the summary is derived from it and capped in size (at most :data:`MAX_FILES` file entries), because XComs live in
 the metadata database.
 

@@ -23,9 +23,11 @@ from .errors import (
     InvalidOutputSpec,
     JobAlreadyCommitted,
     JobConfigMismatch,
+    JobIdentityCollision,
     JobIncomplete,
     JobNotSetUp,
     MarkerChanging,
+    OwnedByTable,
     StorageCapabilityError,
 )
 from .job import Job
@@ -41,8 +43,8 @@ from .tasks.writer import TaskAttemptWriter
 __all__ = [
     "MODES", "CommitConfig", "CommitDenied", "CommitProtocolError", "CorruptRecord", "FileOutputCommitter", "InputsChanged",
     "InputsClaimed", "InvalidOutputSpec",
-    "JobAlreadyCommitted", "JobConfigMismatch", "Job", "JobContext", "JobIncomplete", "JobLayout", "JobNotSetUp",
-    "MarkerChanging", "make_committer",
+    "JobAlreadyCommitted", "JobConfigMismatch", "Job", "JobContext", "JobIdentityCollision", "JobIncomplete",
+    "JobLayout", "JobNotSetUp", "MarkerChanging", "OwnedByTable", "make_committer",
     "LocalStore", "OutputCommitter", "StorageCapabilityError", "Store", "TaskAttemptContext", "TaskAttemptWriter",
     "TaskOutcome", "check_job_id", "normalize_algorithm", "read_success_marker", "run_task_attempt", "store_for",
 ]

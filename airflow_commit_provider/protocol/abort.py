@@ -40,6 +40,8 @@ def abort_job(scope: Job, *, keep_committed: bool = False) -> dict[str, Any]:
         scope.remove_trash()   # a committed job's cleanup, deferred to the teardown
         scope.remove_stale_abort_records()
         return {"job_id": scope.job_id, "state": state, "aborted": False}
+    # the teardown of a run named otherwise must not remove this job's attempts (CommitConfig.names)
+    scope.check_record_names(job)
     if scope.commit_plan(job) is not None:
         return {"job_id": scope.job_id, "state": "committing", "aborted": False}
     apps = scope.app_attempts(job)

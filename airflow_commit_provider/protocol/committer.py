@@ -82,7 +82,7 @@ class FileOutputCommitter(OutputCommitter):
     :param output: output root: local path, ``memory://...``, ``s3://...`` or a :class:`Store`.
     :param job_id: stable across retries and clears of the job (one write stage of one DAG run).
     :param config: a :class:`~.config.CommitConfig`; or give its fields as keywords (``algorithm``, ``mode``,
-        ``partition_by``, ``commit_threads``, ``labels``, ``part_size``, ``durable``), validated there.
+        ``partition_by``, ``commit_threads``, ``labels``, ``part_size``, ``durable``, ``names``), validated there.
     :param table: a Delta or Iceberg table (:mod:`.tables`) whose data root is *output*: job commit then publishes
         the files into it with one table transaction (algorithm 1 only; partition columns stay in the files).
     """
@@ -219,11 +219,12 @@ class FileOutputCommitter(OutputCommitter):
 
         Hadoop moves ``<app-1>/<task>`` into ``<app>``; we create a record in the current attempt that points at the
         earlier attempt's committed data, so recovery is one atomic step with no data moved (no copy on S3).
-        ``None`` when no application attempt of this generation committed the task.
+        ``None`` when no application attempt of this generation committed the task, or when a job commit refused
+        its commit for good (a schema the table lacks: :mod:`.records.refused`), so that it runs again.
         """
         check_number(task, "task")
         job = self.job.require_job()
-        return self._recover(job, self.job.current_app_attempts(job), task)
+        return self._recover(job, task)[0]
 
     def recover_or_setup_task(self, task: int,
                               attempt: int) -> tuple[dict[str, Any] | None, TaskAttemptContext | None]:
@@ -233,15 +234,18 @@ class FileOutputCommitter(OutputCommitter):
         check_number(task, "task")
         check_number(attempt, "attempt")
         job = self.job.require_job()
-        apps = self.job.current_app_attempts(job)
-        rec = self._recover(job, apps, task)
+        rec, app = self._recover(job, task)
         if rec is not None:
             return rec, None
-        return None, self.attempts.setup(task, attempt, job, apps[0])
+        return None, self.attempts.setup(task, attempt, job, app)
 
-    def _recover(self, job: JobRecord, apps: list[int], task: int) -> dict[str, Any] | None:
-        rec = self.attempts.recover(job, apps[0], task, apps)
-        return None if rec is None else rec.to_doc()
+    def _recover(self, job: JobRecord, task: int) -> tuple[dict[str, Any] | None, int]:
+        """The task's record (recovered, or ``None``) and the current application attempt, from one listing of
+        the job directory (the application attempts and the commits a job commit refused are named there)."""
+        names = self.store.list_dir(self.layout.job_dir)
+        apps = self.job.current_app_attempts(job, names)
+        rec = self.attempts.recover(job, apps[0], task, apps, self.job.refused_tasks(job, names))
+        return (None if rec is None else rec.to_doc()), apps[0]
 
     # ------------------------------------------------------------------ job commit
     def commit_job(self, expected_tasks: int | Iterable[int] | None = None, *,

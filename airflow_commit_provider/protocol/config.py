@@ -67,6 +67,10 @@ class CommitConfig:
     :param labels: free-form JSON values copied into ``_SUCCESS`` (dag id, run id, ...).
     :param part_size: the magic committer's multipart part size (bytes); ``None``: its default.
     :param durable: on a local disk, fsync what each step needs to survive a power cut; ``False`` for scratch.
+    :param names: what names the job, as strings (the operators give its DAG id, job key and job name): its job
+        record and commit log keep them, and a set-up of the same job id named otherwise is refused
+        (:class:`~.errors.JobIdentityCollision`), since one id for two namings would make the second run's commit
+        replace the first's files. Empty: the caller names nothing, and nothing is checked.
     """
 
     algorithm: int | str = 1
@@ -76,6 +80,7 @@ class CommitConfig:
     labels: Mapping[str, Any] = field(default_factory=dict)
     part_size: int | None = None
     durable: bool = True
+    names: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -90,6 +95,11 @@ class CommitConfig:
         if not isinstance(self.labels, Mapping):
             raise InvalidOutputSpec(f"labels must be a mapping of names to JSON values, got {self.labels!r}")
         set_(self, "labels", dict(self.labels))
+        if not isinstance(self.names, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                          for k, v in self.names.items()):
+            raise InvalidOutputSpec(f"names must map names to strings (say {{'dag_id': 'etl', 'job_key': "
+                                    f"'2024-01-01', 'job_name': 'load'}}), got {self.names!r}")
+        set_(self, "names", dict(self.names))
 
     @property
     def strategy(self) -> Mode:

@@ -54,6 +54,11 @@ class JobConfigMismatch(CommitProtocolError, ValueError):
     """A committer was built with a configuration that differs from the one the job was set up with."""
 
 
+class JobIdentityCollision(JobConfigMismatch):
+    """Two namings of jobs met at one job id: the job's record (or its commit log) was named by other parts than
+    this committer's (``CommitConfig(names=...)``). Raised before anything changes, naming both."""
+
+
 class CorruptRecord(CommitProtocolError, ValueError):
     """A record of the protocol (job record, task commit record, commit plan, ``_SUCCESS``) is unreadable."""
 
@@ -88,3 +93,15 @@ class InputsClaimed(CommitProtocolError):
         super().__init__(message)
         self.path = path
         self.holder = holder
+
+
+class OwnedByTable(InvalidOutputSpec):
+    """Maintenance (compaction, deduplication) refused a target that is, lies inside, or holds a Delta or Iceberg
+    table: the table's log names its files, so only the table's own transactions may delete or merge them. Raised
+    before anything is written; the message names the table's own way to do it."""
+
+    def __init__(self, message: str, *, table_format: str, location: str, name: str) -> None:
+        super().__init__(message)
+        self.table_format = table_format
+        self.location = location
+        self.name = name

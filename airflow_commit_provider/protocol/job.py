@@ -13,14 +13,16 @@ for a job and act on it.
 from __future__ import annotations
 
 import hashlib
+import shlex
 from collections.abc import Iterable, Mapping
 
 from .config import CommitConfig
-from .errors import InvalidOutputSpec, JobAlreadyCommitted, JobConfigMismatch, JobNotSetUp
+from .errors import InvalidOutputSpec, JobAlreadyCommitted, JobConfigMismatch, JobIdentityCollision, JobNotSetUp
 from .layout import ABORT_RECORD, TEMPORARY, TRASH, JobLayout, check_job_id
 from .modes import Mode
 from .publish import Publisher, publisher_for
 from .records.job import CommitLog, CommitPlan, JobRecord
+from .records.refused import RefusedTasks
 from .records.task import TaskCommitRecord
 from .stores import Store
 from .tables.common import TableTarget
@@ -62,19 +64,58 @@ class Job:
             out["table"] = self.table.identity()
         return out
 
+    def check_names(self, named: Mapping[str, str] | None, where: str) -> None:
+        """:class:`JobIdentityCollision` when *named* (what named the job's record or commit log at *where*) is
+        not what names this committer's job (``CommitConfig(names=...)``): two namings met at one job id, and
+        obeying would make one's commit replace the other's files. A side that names nothing (a record of an
+        earlier release; a caller that gives no names) is accepted."""
+        ours = self.config.names
+        if not ours or named is None or dict(named) == ours:
+            return
+        raise JobIdentityCollision(
+            f"job id {self.job_id} at {self.store.url()} belongs to another job: {where} was named by "
+            f"{dict(named)}, this job is named by {ours}, and two namings must never share a job. Give this stage "
+            "another job_name or job_key; or, only if that job is abandoned and not committed, purge it first: "
+            f"`{shlex.join(['airflow-commit', 'abort', self.store.url(), '--job', self.job_id, '--purge'])}`")
+
+    def check_record_names(self, record: JobRecord) -> None:
+        """:meth:`check_names` of the job's current record."""
+        self.check_names(record.names, f"its job record {self.store.url(self.layout.job_record)}")
+
     def check_config(self, record: JobRecord) -> None:
-        """:class:`JobConfigMismatch` when *record* was set up with another configuration; the table first, by
-        name (a job set up as files and committed into a table, or into another table, or the other way)."""
+        """:class:`JobIdentityCollision` when *record* was named by another job (:meth:`check_names`), then
+        :class:`JobConfigMismatch` when it was set up with another configuration; the table first, by name (a
+        job set up as files and committed into a table, or into another table, or the other way)."""
+        self.check_record_names(record)
         ours = self.identity()
         if record.table != ours.get("table"):
             raise JobConfigMismatch(
                 f"job {self.job_id} was set up to publish into {_describe(record.table)}, but this committer "
                 f"publishes into {_describe(ours.get('table'))}; a job keeps its target across attempts: give the "
                 "same table_format and table, or another job id")
+        if self.repartitioned(record):
+            raise JobConfigMismatch(
+                f"job {self.job_id} was set up with partition_by={list(record.partition_by)}, this committer has "
+                f"partition_by={list(self.config.partition_by)}: the tasks it committed are laid out by the old "
+                "columns, so none of them can be recovered into the new ones. Restore partition_by="
+                f"{list(record.partition_by)}; or start the job over: after the failed run's teardown, clear the "
+                "whole DAG run (the stage's setup included, not only the failed tasks): its setup starts the job "
+                "again with the new partitioning and every task runs again. If that teardown did not run (killed, "
+                f"or the run is still running), first purge the job: airflow-commit abort {self.store.url()} --job "
+                f"{self.job_id} --purge (with --conn-id <the stage's connection> for a remote target), then clear "
+                "the run")
         if record.config() != ours:
             raise JobConfigMismatch(
                 f"job {self.job_id} was set up with {record.config()}, but this committer has {ours}; "
                 "a job keeps its committer, algorithm, mode and partitioning across attempts")
+
+    def repartitioned(self, record: JobRecord) -> bool:
+        """Whether *record* differs from this job's configuration in ``partition_by`` alone: the one change
+        between a failed run and its clear that the next setup can make by starting the generation over
+        (:func:`~.jobsetup.setup_job`), since no committed task's files fit the new layout."""
+        ours = self.identity()
+        return record.table == ours.get("table") and record.config() != ours \
+            and {**record.config(), "partition_by": ours["partition_by"]} == ours
 
     # ------------------------------------------------------------------ record reads
     def job_record(self) -> JobRecord | None:
@@ -113,6 +154,20 @@ class Job:
     def commit_plan(self, record: JobRecord) -> CommitPlan | None:
         """The plan of the generation's commit, once one was fixed (then the job is committing)."""
         return CommitPlan.read(self.store, self.layout.plan(record.job_uuid))
+
+    def refused_tasks(self, record: JobRecord, names: Iterable[str] | None = None) -> RefusedTasks:
+        """The task commits a job commit of the generation refused for good: recovery adopts none of them.
+        *names*: the job directory's, when the caller has just listed it (no read when the record is not there:
+        on S3 a missing record still costs a request)."""
+        rel = self.layout.refused_tasks(record.job_uuid)
+        if names is not None and rel.rsplit("/", 1)[-1] not in set(names):
+            return RefusedTasks(record.job_uuid, {})
+        return RefusedTasks.read(self.store, rel, record.job_uuid)
+
+    def refuse_tasks(self, record: JobRecord, recs: Iterable[TaskCommitRecord], reason: str) -> RefusedTasks:
+        """Record that a job commit refused the commits *recs* of the generation for good (*reason*): the next
+        application attempt runs those tasks again instead of recovering them (:mod:`.records.refused`)."""
+        return RefusedTasks.add(self.store, self.layout.refused_tasks(record.job_uuid), recs, reason)
 
     def task_record(self, app: int, task: int, job_uuid: str) -> TaskCommitRecord | None:
         """The task's commit record in application attempt *app*, if it belongs to generation *job_uuid*: a zombie

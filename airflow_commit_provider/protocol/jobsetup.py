@@ -3,12 +3,14 @@ checked before anything else; :class:`JobContext` is what it established."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from . import records
+from .abort import abort_job
 from .errors import CommitProtocolError, InvalidOutputSpec
 from .faults import inject
 from .job import Job
@@ -16,6 +18,8 @@ from .layout import COMMITS
 from .paths import check_relative
 from .records.inputs import record_inputs
 from .records.job import JobRecord, Replaces
+
+log = logging.getLogger(__name__)
 
 #: how many application attempt numbers one setup tries before it refuses (:func:`claim_app_attempt`)
 APP_CLAIM_TRIES = 16
@@ -45,6 +49,8 @@ def setup_job(scope: Job, *, replace_files: Iterable[str] = (), replace_first: b
     scope.remove_trash()
     inject("setup_job.before_record")
     job = scope.job_record()
+    if job is not None and scope.repartitioned(job) and failed_run_torn_down(scope, job):
+        job = start_over(scope, job)
     if job is None:
         job = create_job_record(scope, [check_relative(f) for f in replace_files], replace_first)
     scope.check_config(job)
@@ -81,6 +87,28 @@ def claim_app_attempt(scope: Job, job: JobRecord) -> tuple[int, bytes]:
         "setups are done")
 
 
+def failed_run_torn_down(scope: Job, job: JobRecord) -> bool:
+    """Whether generation *job* never fixed a commit plan and the teardown of its newest application attempt ran
+    (its abort record): the run failed, nothing of it can still commit on its own, and starting it over destroys
+    no work under way. Without that record (a teardown killed, a run still running) nobody can tell."""
+    apps = scope.app_attempts(job)
+    return scope.commit_plan(job) is None and bool(apps) \
+        and scope.store.exists(scope.layout.abort_record(apps[0], job.job_uuid))
+
+
+def start_over(scope: Job, job: JobRecord) -> JobRecord | None:
+    """Purge generation *job* (:func:`~.abort.abort_job`, as it was set up: its committed tasks' files are laid
+    out by its old ``partition_by``), so that this setup creates the job again with the new one; every task then
+    runs again. The job record as it is after the purge: ``None``, unless another party moved the job on
+    meanwhile (then :meth:`~.job.Job.check_config` refuses it, naming the way out)."""
+    old = Job(scope.store, scope.job_id, replace(scope.config, partition_by=job.partition_by), scope.table)
+    log.warning("job %s: set up with partition_by=%s, now %s, and its last run failed: its committed tasks cannot "
+                "be recovered into the new partitioning, so the job starts over (every task runs again)",
+                scope.job_id, list(job.partition_by), list(scope.config.partition_by))
+    abort_job(old)
+    return scope.job_record()
+
+
 def context(scope: Job, job: JobRecord, app: int, state: str) -> JobContext:
     return JobContext(job_id=scope.job_id, job_uuid=job.job_uuid, generation=job.generation,
                       app_attempt=app, first_app_attempt=job.first_app_attempt, state=state)
@@ -100,6 +128,8 @@ def create_job_record(scope: Job, replace_files: list[str], replace_first: bool)
     replaces = None
     generation, first_app = 0, 0
     if log is not None:
+        scope.check_names(log.names, f"the commit log {scope.store.url(scope.layout.commit_log)} of its generation "
+                                     f"{log.generation}")
         generation, first_app = log.generation + 1, log.app_attempt + 1
         replaces = Replaces(log.job_uuid, log.generation, tuple(f["path"] for f in log.files))
     scope.remove_stale_abort_records()
@@ -113,7 +143,7 @@ def create_job_record(scope: Job, replace_files: list[str], replace_first: bool)
     record = JobRecord(identity["committer"], identity["algorithm"], scope.mode.name, scope.config.partition_by,
                        scope.job_id, str(uuid.uuid4()), generation, first_app, records.now_iso(),
                        scope.config.labels, replaces, tuple(replace_files), replace_first, inputs,
-                       identity.get("table"))
+                       identity.get("table"), scope.config.names or None)
     scope.store.create_exclusive(scope.layout.job_record, record.to_json())
     job = scope.job_record()
     if job is None:  # pragma: no cover - created just above, or by a concurrent setup

@@ -1,6 +1,6 @@
 """Where a job's pieces live under the output root: Hadoop's FileOutputCommitter layout, scoped per job.
 
-Every path is a name of :class:`JobLayout`; the README's design section ("Layout") draws the tree once, and
+Every path is a name of :class:`JobLayout`; docs/design.md ("Layout") draws the tree once, and
 ``tests/protocol/test_structure.py`` checks that drawing against this class.
 
 Hadoop puts ``<app>`` straight under ``_temporary``, so two jobs on one target share and delete each other's
@@ -38,9 +38,16 @@ ABORT_RECORD = "_aborted_"
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,199}$")
 
 
+def is_job_id(name: object) -> bool:
+    """Whether *name* can be a job id: letters, digits, ``.``, ``_``, ``-``, starting with a letter or digit, at
+    most 200 characters, no ``..``. The target's own names under ``_temporary`` and ``_commits`` (``_trash``,
+    ``_claims``, the error-mode claim) start with ``_``, so they never are."""
+    return isinstance(name, str) and bool(_JOB_ID_RE.match(name)) and ".." not in name
+
+
 def check_job_id(job_id: str) -> str:
-    """Job ids become directory and file names: letters, digits, ``.``, ``_``, ``-``; at most 200 characters."""
-    if not isinstance(job_id, str) or not _JOB_ID_RE.match(job_id) or ".." in job_id:
+    """Job ids become directory and file names (:func:`is_job_id`)."""
+    if not is_job_id(job_id):
         raise InvalidOutputSpec(
             f"job id {job_id!r} cannot be used as a directory name: use 1-200 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit, without '..'")
@@ -81,6 +88,11 @@ class JobLayout:
     def commit_failure(self) -> str:
         """The last failed job commit's summary (:mod:`.jobcommit`): goes with the job's records at cleanup."""
         return f"{self.job_dir}/_commit_failure.json"
+
+    def refused_tasks(self, job_uuid: str) -> str:
+        """The task commits a job commit of generation *job_uuid* refused for good (:mod:`.records.refused`):
+        recovery adopts none of them."""
+        return f"{self.job_dir}/_refused_{job_uuid}.json"
 
     def plan(self, job_uuid: str) -> str:
         """Scoped by generation, so a plan a crash left behind never steers a later generation's commit."""

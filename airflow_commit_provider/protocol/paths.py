@@ -183,3 +183,14 @@ def parse_partition(partition: str) -> Mapping[str, str]:
 def join(*parts: str) -> str:
     """Join relative path parts with ``/``, skipping empty ones."""
     return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
+
+
+def split_partition_suffix(path: str) -> tuple[str, str]:
+    """``(root, partition)`` of a path or URL whose last segments are partition directories (``key=value``, as
+    :func:`partition_dir` names them): ``("s3://lake/events", "day=2024-01-01")`` for
+    ``s3://lake/events/day=2024-01-01``; ``(path, "")`` when its last segment is no partition directory."""
+    parts = path.rstrip("/").split("/")
+    end = len(parts)
+    while end > 1 and "=" in parts[end - 1][1:]:
+        end -= 1
+    return "/".join(parts[:end]), "/".join(parts[end:])

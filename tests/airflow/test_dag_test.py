@@ -248,6 +248,31 @@ def test_dedup_then_compaction_operators(dags):
     assert len(sc.visible_files(root)) == 1, "eight small files merged into one"
 
 
+def test_maintenance_operators_refuse_a_delta_table_without_a_retry(dags):
+    """Both operators pointed at a Delta table: each task fails on its first try (a refusal no retry cures),
+    nothing under the table changes, and the table reads every row with deltalake."""
+    pytest.importorskip("deltalake")
+    import deltalake
+
+    from ..protocol.dedup_tables import all_files
+    from ..protocol.tables_worker import run_job
+
+    root = target("ct_table_maintenance")
+    cfg = {"format": "delta", "location": root, "job_id": "events-1", "tasks": 3, "rows": 4}
+    run_job(cfg)
+    run_job({**cfg, "job_id": "events-2"})
+    before = all_files(root)
+    dr = dags.ct_table_maintenance.test()
+    assert dr.state == "failed" and states(dr) == {"dedup[-1]": "failed", "compact[-1]": "failed"}, states(dr)
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        assert {ti.task_id: ti.try_number for ti in dr.get_task_instances(session=session)} == \
+            {"dedup": 1, "compact": 1}, "a refusal is not retried"
+    assert all_files(root) == before
+    assert deltalake.DeltaTable(root).to_pyarrow_table().num_rows == 24
+
+
 def test_the_compaction_operator_gives_back_the_partition_marker_a_sensor_waits_on(dags):
     """A dynamic job wrote ``ds=1`` in three small files, with its ``_SUCCESS``; the maintenance DAG compacts it.
     Afterwards the partition's marker is there again (before the fix it was withdrawn for good and the sensor

@@ -17,6 +17,7 @@ import json
 import shutil
 import sys
 import textwrap
+from pathlib import Path
 from datetime import datetime, timezone
 
 import pyarrow as pa
@@ -313,8 +314,6 @@ def test_a_failed_runs_teardown_says_how_to_remove_what_it_kept(tmp_path):
 
     from airflow_commit_provider.protocol import make_committer
 
-    from ..conftest import REPO
-
     root = str(tmp_path / "events")
     with _dag("opbase_leftovers") as dag:
         abort = CommitAbortOperator(task_id="abort", target=root, job_name="stage")
@@ -327,9 +326,11 @@ def test_a_failed_runs_teardown_says_how_to_remove_what_it_kept(tmp_path):
     hint = result["hint"]
     assert hint.startswith(f"nothing of job {job_id} was committed; its records stay under ") and "clear" in hint
     assert (tmp_path / "events" / "_temporary" / job_id).is_dir()
-    python, flag, code = shlex.split(hint[hint.index("with: ") + len("with: "):hint.index(" (purge_on_failure")])
-    assert (python, flag) == ("python", "-c")
-    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
+    command = shlex.split(hint[hint.index("with: ") + len("with: "):hint.index(" (purge_on_failure")])
+    assert command[0] == "airflow-commit"
+    # the console script as a person runs it: installed beside this Python, outside the checkout
+    script = Path(sys.executable).with_name("airflow-commit")
+    subprocess.run([str(script), *command[1:]], cwd=tmp_path, check=True, timeout=120)
     assert not (tmp_path / "events" / "_temporary").exists(), "the command removed the job's records"
 
 

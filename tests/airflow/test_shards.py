@@ -17,6 +17,7 @@ from airflow.sdk import DAG
 
 from airflow_commit_provider.decorators.commit_stage import commit_stage_task
 from airflow_commit_provider.operators.commit import CommitWriteOperator
+from airflow_commit_provider.operators.identity import make_job_id
 from airflow_commit_provider.operators.stage import commit_stage
 from airflow_commit_provider.protocol import InvalidOutputSpec, read_success_marker
 
@@ -71,6 +72,9 @@ def test_a_retry_runs_only_the_shards_that_did_not_commit(dags, dag_id):
     manifest = read_success_marker(root, verify_files=True)
     assert manifest["totals"]["tasks"] == INSTANCES * SHARDS
     assert manifest["labels"]["shards_per_task"] == SHARDS
+    # every shard's committer, classic or decorated, named the job as the one home of job ids does
+    names = {"dag_id": dag_id, "job_key": dr.run_id, "job_name": write.split(".")[0]}
+    assert manifest["names"] == names and manifest["job_id"] == make_job_id(**names)
 
 
 def test_with_one_shard_per_task_instance_the_callable_gets_its_map_index_as_task_number(dags):

@@ -55,7 +55,7 @@ class FilesOnlyStore(LocalStore):
 
 
 def committer(cfg: dict[str, Any], job: str = JOB) -> Any:
-    kwargs = {"part_size": cfg["part_size"]} if "part_size" in cfg else {}
+    kwargs = {k: cfg[k] for k in ("part_size", "names") if k in cfg}
     fsyncs = cfg.get("fsyncs", "all")
     if fsyncs not in FSYNCS:
         raise ValueError(f"fsyncs must be one of {FSYNCS}, got {fsyncs!r}")

@@ -25,7 +25,8 @@ def committer_for(cfg: dict[str, Any]) -> FileOutputCommitter:
     table = table_target(cfg["format"], cfg.get("location"), table_name=cfg.get("table_name"),
                          catalog=cfg.get("catalog"), storage_options=cfg.get("storage_options"))
     return FileOutputCommitter(table.data_root, cfg["job_id"], mode=cfg.get("mode", "append"),
-                               partition_by=cfg.get("partition_by", ["day"]), table=table, durable=False)
+                               partition_by=cfg.get("partition_by", ["day"]), table=table, durable=False,
+                               names=cfg.get("names", {}))
 
 
 def task_rows(task: int, rows: int, gen: int, extra: dict[str, Any] | None = None) -> pa.Table:

@@ -60,10 +60,14 @@ def test_head_records_as_types():
 
 
 def test_commit_log_history_is_the_previous_releases():
-    """A new generation's log carries the previous one's summary, as the previous release wrote it."""
+    """A new generation's log carries the previous one's summary, as the previous release wrote it, and now its
+    partitions too (a watcher of one partition reads them: ``airflow_commit_provider.protocol.history``)."""
     gen0 = CommitLog.from_json((FIXTURE / "commit_log_gen0.json").read_bytes(), "gen0")
     gen1 = CommitLog.from_json((FIXTURE / "commit_log.json").read_bytes(), "gen1")
-    assert gen0.followed_by(gen1.manifest) == gen1
+    followed = gen0.followed_by(gen1.manifest)
+    assert followed.manifest == gen1.manifest
+    assert [{k: v for k, v in h.items() if k != "partitions"} for h in followed.history] == list(gen1.history)
+    assert followed.history[0]["partitions"] == gen0.manifest["partitions"] == ["day=d0", "day=d1"]
     assert gen1.followed_by(gen1.manifest) == gen1, "a resumed commit of the same generation keeps the history"
     assert gen1.task_record(0)["attempt"] == 2 and gen1.task_record(7) is None
 

@@ -82,10 +82,10 @@ def test_the_steps_take_the_job_scope_never_the_committer():
 
 
 def test_the_readme_layout_is_the_code_layout(tmp_path):
-    """The layout is written down once, in the README's design section; every path there is one JobLayout (or
-    the attempt ledger, or the markers) names, and every JobLayout path appears there."""
-    text = (REPO / "README.md").read_text()
-    block = text[text.index("### Layout"):]
+    """The layout is written down once, in the design document; every path there is one JobLayout (or the
+    attempt ledger, or the markers) names, and every JobLayout path appears there."""
+    text = (REPO / "docs" / "design.md").read_text()
+    block = text[text.index("## Layout"):]
     block = block[block.index("```") + 3:]
     block = block[:block.index("```")]
     documented = {re.split(r"\s{2,}", line.strip())[0] for line in block.strip().splitlines() if line.strip()}
@@ -96,7 +96,7 @@ def test_the_readme_layout_is_the_code_layout(tmp_path):
         jl.committed_dir(0), jl.task_record(0, 1), jl.attempt_claim(0, 1, 2), jl.attempt_claim(0, 1, 2) + ".started",
         jl.abort_record(0, "<job uuid>"), jl.commit_failure, layout.SUCCESS, f"<partition>/{layout.SUCCESS}", jl.trash_entry("<uuid>") + "/",
         layout.DEDUP_PLAN,
-        jl.compaction_plan("<job uuid>"), jl.input_claim("<file>", 0),
+        jl.compaction_plan("<job uuid>"), jl.input_claim("<file>", 0), jl.refused_tasks("<job uuid>"),
     }
     normalise = {"0": "<app>", "00001": "<task>", "1": "<task>", "2": "<try>", "0000000000": "<n>"}
 
@@ -108,8 +108,8 @@ def test_the_readme_layout_is_the_code_layout(tmp_path):
 
     expected = {"<out>/" + generic(p) + ("/..." if p in (jl.attempt_dir(0, 1, 2), jl.committed_dir(0))
                                          else "") for p in named}
-    assert documented == expected, (f"README lists {sorted(documented - expected)} that JobLayout does not name; "
-                                    f"JobLayout names {sorted(expected - documented)} that the README does not list")
+    assert documented == expected, (f"docs/design.md lists {sorted(documented - expected)} that JobLayout does not "
+                                    f"name; JobLayout names {sorted(expected - documented)} that it does not list")
 
 
 def test_the_readme_names_the_dags_the_demo_runs():

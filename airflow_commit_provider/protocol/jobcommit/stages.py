@@ -26,6 +26,7 @@ from ..records.inputs import check_unchanged
 from ..records.job import CommitLog, CommitPlan, JobRecord
 from ..records.success import SuccessManifest, marker_dirs_above, withdraw_markers, write_markers
 from ..records.underway import markers_changing
+from ..records.refused import RefusedTasks
 from ..records.task import TaskCommitRecord
 from ..status import JobStatus
 from ..tasks.attempts import TaskAttempts
@@ -49,6 +50,7 @@ class RecoverTasks(Stage[Sequence[int], dict[int, TaskCommitRecord]]):
         # rewritten, only added): those are read straight; only the others look into earlier attempts
         present = set(scope.store.list_dir(scope.layout.commits_dir(app)))
         attempts = TaskAttempts(scope)
+        refused = scope.refused_tasks(job)   # read once for all the tasks
         recs: dict[int, TaskCommitRecord] = {}
         missing: list[int] = []
 
@@ -57,7 +59,7 @@ class RecoverTasks(Stage[Sequence[int], dict[int, TaskCommitRecord]]):
             if f"{task_name(task)}.json" in present:
                 rec = scope.task_record(app, task, job.job_uuid)
             if rec is None:
-                rec = attempts.recover(job, app, task, apps)
+                rec = attempts.recover(job, app, task, apps, refused)
             if rec is None:
                 missing.append(task)
             else:
@@ -68,7 +70,7 @@ class RecoverTasks(Stage[Sequence[int], dict[int, TaskCommitRecord]]):
             missing.sort()
             shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
             raise JobIncomplete(f"job {scope.job_id} cannot commit: {len(missing)} of {len(tasks)} expected task(s) "
-                                f"have no committed attempt: {shown}", missing)
+                                f"have no committed attempt: {shown}{refused_hint(refused, missing)}", missing)
         owner: dict[str, int] = {}
         for task in tasks:
             for f in recs[task].files:
@@ -81,6 +83,17 @@ class RecoverTasks(Stage[Sequence[int], dict[int, TaskCommitRecord]]):
 
     def counts(self, out: dict[int, TaskCommitRecord]) -> dict[str, int]:
         return {"tasks": len(out), "files": sum(len(r.files) for r in out.values())}
+
+
+def refused_hint(refused: RefusedTasks, missing: Sequence[int]) -> str:
+    """What a :class:`JobIncomplete` adds about missing tasks whose earlier commit a job commit refused (they are
+    not recovered, :mod:`..records.refused`): that their write tasks did not run again since, and what to clear."""
+    again = [t for t in missing if t in refused.tasks]
+    if not again:
+        return ""
+    shown = ", ".join(map(str, again[:20])) + (" ..." if len(again) > 20 else "")
+    return (f". Task(s) {shown} were refused by an earlier job commit ({refused.reason(again[0])}) and are not "
+            "recovered: clear their write tasks (the whole DAG run, the stage's setup included) so they run again")
 
 
 class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
@@ -99,7 +112,7 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
         check_tree(scope, recs.values())
         dsts = {f.path for rec in recs.values() for f in rec.files}
         if scope.table is not None:   # the table transaction replaces; nothing is deleted at file level
-            check_table(scope, recs.values(), job.replaced_files)
+            check_table(scope, job, recs.values())
             return self._fix(recs, set(), marker_dirs_above(dsts))
         replaced = job.replaced_files
         replace_files = set(job.replace_files)  # e.g. the small files a compaction merged
@@ -331,7 +344,8 @@ def build_manifest(scope: Job, job: JobRecord, plan: Plan, resumed: bool, rename
         replaced_generation=job.replaces.job_uuid if job.replaces else None,
         diagnostics={"resumed": resumed, "commit_threads": scope.commit_threads, "store": scope.store.protocol,
                      "visibility": scope.publisher.visibility, "warnings": warnings, "pid": os.getpid(),
-                     "directories_renamed": renamed})
+                     "directories_renamed": renamed},
+        names=None if job.names is None else dict(job.names))
 
 
 def check_tree(scope: Job, recs: Iterable[TaskCommitRecord]) -> None:

@@ -9,11 +9,15 @@ generation is refused there (:class:`~..tables.GenerationSuperseded`).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
 
 from ..job import Job
+from ..records.job import JobRecord
 from ..records.task import TaskCommitRecord
-from ..tables.common import DataFile, JobTag, TableCommit, file_schema, parquet_schema
+from ..tables.common import DataFile, JobTag, SchemaMismatch, TableCommit, describe_difference, parquet_schema
 from .stage import Plan, Stage
 
 
@@ -22,16 +26,91 @@ def data_files(scope: Job, recs: Iterable[TaskCommitRecord]) -> list[DataFile]:
     return [DataFile.from_entry(f.path, f.size, f.rows, scope.config.partition_by) for rec in recs for f in rec.files]
 
 
-def check_table(scope: Job, recs: Iterable[TaskCommitRecord], replaced: Collection[str]) -> None:
-    """Before the plan is fixed (so a refusal changes nothing): one schema among the job's files (their footers,
-    where the task commits left them) and the table's, and, in mode ``error``, a table holding nothing but the
-    job's earlier generation (*replaced*, which the transaction removes)."""
+def check_table(scope: Job, job: JobRecord, recs: Iterable[TaskCommitRecord]) -> None:
+    """Before the plan is fixed (so a refusal changes nothing): the table's partitioning is the job's, one schema
+    among the job's files (their footers, where the task commits left them) and the table's, and, in mode
+    ``error``, a table holding nothing but the job's earlier generation (which the transaction removes).
+
+    A schema refusal is for good (the same files fail the same way on every try), so the tasks whose files it
+    refuses are recorded (:meth:`~..job.Job.refuse_tasks`): the next application attempt runs them again instead
+    of recovering them. Which tasks: those whose files the table's schema refuses; with no table yet, those whose
+    schema differs from the one of the tasks committed in this application attempt (the code of now), or every
+    task when these disagree too (or none ran now)."""
     assert scope.table is not None
-    sources = [f"{rec.data_dir}/{f.path}" if rec.data_dir else f.path for rec in recs for f in rec.files]
-    if sources:
-        scope.table.check_schema(file_schema(scope.store, sources))
+    try:
+        scope.table.check_partitioning(scope.config.partition_by)
+    except SchemaMismatch as exc:
+        raise SchemaMismatch(f"{exc}. Give the stage the table's partitioning (or another table): after this "
+                             "failed run's teardown, a clear of the whole DAG run (the stage's setup included) "
+                             "starts the job over with it, every task run again") from exc
+    refused, error = refused_groups(scope, schema_groups(scope, recs))
+    if error is not None:
+        bad = sorted({t: rec for g in refused for t, rec in g.recs.items()}.values(), key=lambda r: r.task)
+        scope.refuse_tasks(job, bad, str(error))
+        raise SchemaMismatch(
+            f"{error}. The files of {_tasks(bad)} are recorded as refused: {'they are' if len(bad) > 1 else 'it is'} "
+            "re-run, not recovered, on the next clear of the DAG run with the stage's setup (a new application "
+            "attempt; 'clear only failed tasks' re-runs this commit alone, which fails the same way), so fix the "
+            "code (or the table's schema) first") from error
     if scope.mode.claims_target:
-        scope.table.check_empty(replaced)
+        scope.table.check_empty(job.replaced_files)
+
+
+@dataclass
+class SchemaGroup:
+    """The task records whose files share one schema (*path*: one of those files), by task."""
+
+    schema: pa.Schema
+    path: str
+    recs: dict[int, TaskCommitRecord] = field(default_factory=dict)
+
+
+def schema_groups(scope: Job, recs: Iterable[TaskCommitRecord]) -> list[SchemaGroup]:
+    """The distinct schemas of the job's files (their footers), each with the task records that have it."""
+    groups: list[SchemaGroup] = []
+    for rec in recs:
+        for f in rec.files:
+            path = f"{rec.data_dir}/{f.path}" if rec.data_dir else f.path
+            schema = parquet_schema(scope.store, path)
+            group = next((g for g in groups if g.schema.equals(schema)), None)
+            if group is None:
+                group = SchemaGroup(schema, path)
+                groups.append(group)
+            group.recs[rec.task] = rec
+    return groups
+
+
+def refused_groups(scope: Job, groups: Sequence[SchemaGroup]) -> tuple[list[SchemaGroup], SchemaMismatch | None]:
+    """The groups whose files the commit refuses, and the first refusal's error (``None``: none refused; see
+    :func:`check_table`)."""
+    assert scope.table is not None
+    if not groups:
+        return [], None
+    if scope.table.exists():
+        refused, first = [], None
+        for g in groups:
+            try:
+                scope.table.check_schema(g.schema)
+            except SchemaMismatch as exc:
+                refused.append(g)
+                first = first or exc
+        return refused, first
+    if len(groups) == 1:
+        return [], None
+    now = [g for g in groups if any(not rec.adopted for rec in g.recs.values())]
+    keep = now[0] if len(now) == 1 else None
+    refused = [g for g in groups if g is not keep]
+    ref = keep or groups[0]
+    other = next(g for g in groups if g is not ref)
+    return refused, SchemaMismatch(f"files {ref.path} and {other.path} of one job have different schemas: "
+                                   f"{describe_difference(ref.schema, other.schema)}")
+
+
+def _tasks(recs: Sequence[TaskCommitRecord]) -> str:
+    """``task 3`` or ``tasks 0, 1, 2`` (the first 20), each with where it committed when it was recovered."""
+    shown = ", ".join(str(r.task) + (f" (recovered from application attempt {r.committed_in_app})"
+                                     if r.adopted else "") for r in recs[:20])
+    return f"task{'s' if len(recs) > 1 else ''} {shown}{' ...' if len(recs) > 20 else ''}"
 
 
 class TableCommitStage(Stage[Plan, "TableCommit | None"]):

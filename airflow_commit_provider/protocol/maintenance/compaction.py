@@ -50,6 +50,7 @@ from ..records.job import InputFile, JobRecord
 from ..layout import TEMPORARY, JobLayout, check_job_id
 from ..paths import is_hidden, partition_of
 from ..stores import Store
+from ..tables.ownership import refuse_table
 from ..tasks.runner import TaskOutcome, run_task_attempt
 from ..tasks.writer import TaskAttemptWriter
 
@@ -231,8 +232,10 @@ def compact(committer: FileOutputCommitter, attempt: int, target_size: int = 128
     Returns the ``_SUCCESS`` manifest with ``groups``, ``inputs`` and ``recovered`` (``state`` is
     ``nothing_to_compact``, with no job set up, when no partition has two small files); raises
     :class:`InputsClaimed` or :class:`InputsChanged` when it refused (see the module docstring), having changed
-    nothing visible."""
+    nothing visible; :class:`OwnedByTable`, having changed nothing at all, when the target is, lies inside or holds
+    a Delta or Iceberg table (:mod:`..tables.ownership`)."""
     c = committer
+    refuse_table(c.store, "compaction")   # a table's files are the table's to merge: before any claim or sweep
     job, log = c.job_record(), c.commit_log()
     groups: list[list[str]] | None = None
     if job is None:

@@ -42,12 +42,14 @@ from .dedupjob import run_plan, stored_plan
 from .dedupplan import DedupPlan, Deletion, LeftAlone, Undecided
 from ..errors import DedupInProgress
 from .filenames import HADOOP, HIVE, SPARK, TaskFile, is_foreign_staging, is_hive_transaction_dir, parse_task_file
+from ..history import commit_log_jobs
 from ..records.job import CommitLog
 from ..layout import COMMITS, SUCCESS, TEMPORARY, JobLayout
 from ..records.success import marker_dirs_above
 from ..records.underway import job_dirs
 from ..paths import is_hidden, join, partition_of
 from ..stores import Store
+from ..tables.ownership import refuse_table
 
 OURS = "this-provider"
 
@@ -118,12 +120,10 @@ def _scan_in_flight(store: Store, visible: Iterable[str]) -> _InFlight:
 def _committed_logs(store: Store) -> dict[str, tuple[str, CommitLog]]:
     """job uuid -> (job id, commit log) of every job this provider committed into the root."""
     logs = {}
-    for name in store.list_dir(COMMITS):
-        # job ids start with a letter or digit: other names there are not commit logs (the error-mode claim)
-        if name.endswith(".json") and not is_hidden(name):
-            log = CommitLog.read(store, f"{COMMITS}/{name}")
-            if log is not None:
-                logs[log.job_uuid] = (name[:-5], log)
+    for job in commit_log_jobs(store.list_dir(COMMITS)):
+        log = CommitLog.read(store, f"{COMMITS}/{job}.json")
+        if log is not None:
+            logs[log.job_uuid] = (job, log)
     return logs
 
 
@@ -306,8 +306,11 @@ def find_duplicates(store: Store, *, single_job_dirs: bool = False) -> DedupPlan
 
     When an earlier deduplication of the root created its plan and did not finish, that plan (``pending``) is what
     the next apply finishes, so that is what this returns. *single_job_dirs*: the caller states that one job wrote
-    each directory holding Hive-named files (see the module docstring).
+    each directory holding Hive-named files (see the module docstring). :class:`OwnedByTable` when the root is,
+    lies inside or holds a Delta or Iceberg table (:mod:`..tables.ownership`): its log, not file names, says which
+    files are its data.
     """
+    refuse_table(store, "deduplication")
     pending = stored_plan(store)
     if pending is not None:
         return pending
@@ -320,8 +323,10 @@ def remove_duplicates(store: Store, plan: DedupPlan | None = None, *,
     the unfinished plan of an earlier run; returns the plan's report with what was applied (``applied``).
 
     :class:`DedupInProgress` when another deduplication's plan is unfinished and *plan* is not it (the dry run
-    shows the unfinished one: apply that).
+    shows the unfinished one: apply that); :class:`OwnedByTable` as :func:`find_duplicates` raises it, before the
+    plan's record is created or a marker withdrawn.
     """
+    refuse_table(store, "deduplication")
     pending = stored_plan(store)
     if plan is None:
         plan = pending or _Planner(store, single_job_dirs).plan()

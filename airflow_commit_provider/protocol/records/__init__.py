@@ -19,7 +19,7 @@ compaction plan     ``compaction_plan(job_uuid)``    once, before a compaction's
 input claim         ``input_claim(file, n)``         exclusive: who holds a compaction's input
 ==================  ===============================  =========================================
 
-The paths themselves are named in one place, :class:`.layout.JobLayout` (and drawn in the README's design
+The paths themselves are named in one place, :class:`.layout.JobLayout` (and drawn in docs/design.md's layout
 section, which a test checks against it).
 
 The records the protocol decides by are typed, each with its fields, ``to_json``/``from_json`` and validation: the

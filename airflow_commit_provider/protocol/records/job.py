@@ -74,6 +74,18 @@ def _table(doc: Mapping[str, Any], where: str) -> dict[str, str] | None:
     return dict(table)
 
 
+def _names(doc: Mapping[str, Any], where: str, kind: str) -> dict[str, str] | None:
+    """What named the job (``CommitConfig(names=...)``); absent in records of releases before it, and of callers
+    that name nothing."""
+    names = records.get_field(doc, "names", dict, where, kind, required=False)
+    if names is None:
+        return None
+    if not all(isinstance(v, str) for v in names.values()):
+        raise CorruptRecord(f"{where}: field 'names' is {names!r}, not names mapped to strings; the {kind} record "
+                            "is corrupt")
+    return dict(names)
+
+
 @dataclass(frozen=True)
 class Replaces:
     """The committed generation a new generation's commit replaces: its uuid, number and files."""
@@ -124,6 +136,9 @@ class JobRecord:
     #: the table the job publishes into (:meth:`~..tables.common.TableTarget.identity`: its format, and an
     #: Iceberg table's identifier); ``None`` for a directory of files, whose records have no such field
     table: Mapping[str, str] | None = None
+    #: what named the job (``CommitConfig(names=...)``: the operators' DAG id, job key and job name), so that a
+    #: set-up of this job id named otherwise is refused; ``None`` in records of earlier releases (accepted)
+    names: Mapping[str, str] | None = None
 
     def config(self) -> dict[str, Any]:
         """What a job keeps across attempts: committer, algorithm, mode, partitioning, and the table if any (as in
@@ -148,7 +163,7 @@ class JobRecord:
             **self.config(), "job_id": self.job_id, "job_uuid": self.job_uuid, "generation": self.generation,
             "first_app_attempt": self.first_app_attempt, "created": self.created, "labels": dict(self.labels),
             "replaces": replaces, "replace_files": list(self.replace_files), "replace_first": self.replace_first,
-            **inputs})
+            **inputs, **({} if self.names is None else {"names": dict(self.names)})})
 
     @classmethod
     def from_json(cls, data: bytes, where: str) -> JobRecord:
@@ -170,7 +185,7 @@ class JobRecord:
                    get("labels", dict, required=False, default={}), replaces,
                    _strings(doc, "replace_files", where, k, required=False),
                    get("replace_first", bool, required=False, default=False), _inputs(doc, where),
-                   _table(doc, where))
+                   _table(doc, where), _names(doc, where, k))
 
     @classmethod
     def read(cls, store: Store, rel: str) -> JobRecord | None:
@@ -181,11 +196,12 @@ class JobRecord:
         """:meth:`from_json`, remembered for the process: every task attempt reads its job's record at set-up,
         each through a committer of its own (one per Airflow task instance, one per shard), and the same bytes
         always parse to the same record. Each caller gets its own copy of the fields that hold JSON objects
-        (``labels``, ``table``: plain dicts): an edit one caller makes must not reach what every later committer
+        (``labels``, ``table``, ``names``: plain dicts): an edit one caller makes must not reach what every later committer
         of the process is handed, and so into its ``_SUCCESS`` (the copy costs under half a parse)."""
         shared = _parsed_job(data, where)
         return dataclasses.replace(shared, labels=_fresh(shared.labels),
-                                   table=None if shared.table is None else dict(shared.table))
+                                   table=None if shared.table is None else dict(shared.table),
+                                   names=None if shared.names is None else dict(shared.names))
 
 
 @dataclass(frozen=True)
@@ -273,9 +289,16 @@ class CommitLog:
     def files(self) -> list[dict[str, Any]]:
         return self.manifest["files"]
 
+    @property
+    def names(self) -> dict[str, str] | None:
+        """What named the committed generation's job (``None``: committed by an earlier release, or unnamed)."""
+        return self.manifest.get("names")
+
     def summary(self) -> dict[str, Any]:
-        """This generation as the next one's history holds it."""
-        return {k: self.manifest.get(k) for k in ("job_uuid", "generation", "app_attempt", "finished", "totals")}
+        """This generation as the next one's history holds it: with its partitions, so that a watcher of one
+        partition can tell whether a generation it never saw as current touched it (:mod:`..history`)."""
+        return {k: self.manifest.get(k) for k in ("job_uuid", "generation", "app_attempt", "finished", "totals",
+                                                  "partitions")}
 
     def followed_by(self, manifest: Mapping[str, Any]) -> CommitLog:
         """The log after committing *manifest*: a new generation adds this one to the history; a resumed commit
@@ -315,6 +338,7 @@ class CommitLog:
         _objects(doc, "tasks", {"task": int, "attempt": int, "app_attempt": int, "recovered_from_app": (int, None)},
                  where, cls.KIND)
         _objects(doc, "files", {"task": int}, where, cls.KIND)
+        _names(doc, where, cls.KIND)
         history = records.get_field(doc, "history", list, where, cls.KIND, required=False, default=[])
         if not all(isinstance(h, dict) for h in history):
             raise CorruptRecord(f"{where}: field 'history' must list objects; the commit log is corrupt")

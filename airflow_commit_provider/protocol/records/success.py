@@ -55,12 +55,16 @@ class SuccessManifest:
     #: a table target's transaction (:mod:`..tables`): format, table, Delta ``version`` or Iceberg
     #: ``snapshot_id``, files added and removed; ``None`` (and absent on disk) for a directory of files
     table: dict[str, Any] | None = None
+    #: what named the job (its job record's ``names``), so that the commit log tells a later set-up of this job id
+    #: whether it is the same job; ``None`` (and absent on disk) when the job was named by nothing
+    names: dict[str, str] | None = None
 
     def to_doc(self) -> dict[str, Any]:
         """The manifest as the JSON object it is on disk (without ``format``, ``version`` and ``retained``)."""
         doc = asdict(self)
-        if doc["table"] is None:
-            del doc["table"]   # a directory's _SUCCESS is what it was before tables existed
+        for optional in ("table", "names"):
+            if doc[optional] is None:
+                del doc[optional]   # a _SUCCESS without them is what it was before they existed
         return doc
 
     def with_costs(self, durations: Mapping[str, float], **diagnostics: Any) -> SuccessManifest:
@@ -122,6 +126,12 @@ def write_markers(store: Store, manifest: SuccessManifest, *, partitions: Iterab
     return len(retained)
 
 
+def partition_totals(files: list[dict[str, Any]]) -> dict[str, int]:
+    """The totals of one partition's files, as its ``_SUCCESS`` states them (and a watcher of it reports them)."""
+    return {"files": len(files), "bytes": sum(f["size"] for f in files), "rows": sum(f["rows"] or 0 for f in files),
+            "tasks": len({f["task"] for f in files}), "partitions": 1}
+
+
 def _write_partition_markers(store: Store, manifest: Mapping[str, Any], file_list: list[dict[str, Any]],
                              visible: Mapping[str, int], partitions: set[str]) -> None:
     """The ``_SUCCESS`` of each of *partitions*, durable together before the root's (one fsync per partition
@@ -137,9 +147,7 @@ def _write_partition_markers(store: Store, manifest: Mapping[str, Any], file_lis
         for part, files in sorted(under.items()):
             kept = [{"path": p, "size": size} for p, size in sorted(visible.items()) if p.startswith(part + "/")]
             doc = {**manifest, "partition": part, "files": files, "partitions": [part], "retained": kept,
-                   "totals": {"files": len(files), "bytes": sum(f["size"] for f in files),
-                              "rows": sum(f["rows"] or 0 for f in files), "tasks": len({f["task"] for f in files}),
-                              "partitions": 1}}
+                   "totals": partition_totals(files)}
             store.write_bytes(f"{part}/{SUCCESS}", records.dumps("success", doc))
 
 
@@ -174,9 +182,9 @@ def read_success_marker(path: Any, *, fs: Any = None, storage_options: dict[str,
     where = store.url(SUCCESS)
     data = _marker_bytes(store, where, "the job has not committed")
     if not verify_files:
-        return _parse_marker(data, where)
+        return parse_marker(data, where)
     for _ in range(VERIFY_ATTEMPTS):
-        manifest = _parse_marker(data, where)
+        manifest = parse_marker(data, where)
         sizes = dict(store.list_files("", visible_only=True))
         again = _marker_bytes(store, where, "it was withdrawn while its directory was listed: a job is committing")
         if again == data:
@@ -194,7 +202,7 @@ def _marker_bytes(store: Store, where: str, why_absent: str) -> bytes:
         raise FileNotFoundError(f"no _SUCCESS at {where}: {why_absent}") from None
 
 
-def _parse_marker(data: bytes, where: str) -> dict[str, Any]:
+def parse_marker(data: bytes, where: str) -> dict[str, Any]:
     try:
         doc = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

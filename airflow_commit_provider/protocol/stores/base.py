@@ -278,6 +278,12 @@ class Store(ABC):
 
     bytes_copied: int = 0
 
+    def parent(self) -> Store | None:
+        """The store of the directory that holds this root, on the same file system (and, on object stores, with
+        the same request accounting); ``None`` at the top (the file system's root, a bucket). What tells whether
+        the root lies inside something that owns its files (a table: :mod:`..tables.ownership`)."""
+        return None
+
     def ensure_root(self) -> None:
         """Make sure the output root exists (the pre-task of an overwrite)."""
         self.makedirs("")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 from collections.abc import Sequence
 from typing import IO, Any
@@ -30,6 +31,14 @@ class FsspecStore(Store):
     def url(self, rel: str = "") -> str:
         return f"{self.protocol}://{self._p(rel).lstrip('/')}" if self.protocol != "memory" else \
             f"memory://{self._p(rel)}"
+
+    def parent(self) -> FsspecStore | None:
+        head = self.root.rpartition("/")[0]
+        if not head.strip("/"):
+            return None
+        up = copy.copy(self)
+        up.root = head
+        return up
 
     def exists(self, rel: str) -> bool:
         return bool(self.fs.exists(self._p(rel)))

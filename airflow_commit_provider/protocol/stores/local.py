@@ -69,6 +69,10 @@ class LocalStore(Store):
     def url(self, rel: str = "") -> str:
         return "file://" + self._p(rel)
 
+    def parent(self) -> LocalStore | None:
+        head = os.path.dirname(self.root)
+        return None if head == self.root else LocalStore(head, durable=self.durable)
+
     def exists(self, rel: str) -> bool:
         return os.path.lexists(self._p(rel))
 

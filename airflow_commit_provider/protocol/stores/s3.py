@@ -128,6 +128,13 @@ class S3Store(FsspecStore):
         with self._lock:
             return dict(self._requests)
 
+    def parent(self) -> S3Store | None:
+        self._hook()   # before the copy: its requests then count once, through this store's hook
+        up = super().parent()
+        if up is not None:
+            up.bucket, _, up.prefix = up.root.partition("/")
+        return up  # type: ignore[return-value]
+
     def key(self, rel: str) -> str:
         return f"{self.prefix}/{rel}" if self.prefix else rel
 

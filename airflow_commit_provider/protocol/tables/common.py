@@ -122,23 +122,6 @@ def parquet_schema(store: Store, rel: str) -> pa.Schema:
     return pq.read_schema(pa.BufferReader(b"PAR1" + tail[-need:])).remove_metadata()
 
 
-def file_schema(store: Store, paths: Sequence[str]) -> pa.Schema:
-    """The one Arrow schema of the Parquet files at *paths* (their footers), :class:`SchemaMismatch` naming a file
-    that differs. Read before the plan is fixed, so a mismatch stops the commit with nothing changed."""
-    schema: pa.Schema | None = None
-    first = ""
-    for path in paths:
-        this = parquet_schema(store, path)
-        if schema is None:
-            schema, first = this, path
-        elif not this.equals(schema):
-            raise SchemaMismatch(f"files {first} and {path} of one job have different schemas: "
-                                 f"{describe_difference(schema, this)}")
-    if schema is None:
-        raise InvalidOutputSpec("a table commit needs at least one data file")
-    return schema
-
-
 def describe_difference(expected: pa.Schema, got: pa.Schema) -> str:
     """The columns added, missing or of another type in *got* compared with *expected*, in words."""
     exp = {f.name: f.type for f in expected}
@@ -183,6 +166,11 @@ class TableTarget(ABC):
     @abstractmethod
     def check_schema(self, schema: pa.Schema) -> None:
         """:class:`SchemaMismatch` naming the difference when the table exists with another schema."""
+
+    @abstractmethod
+    def check_partitioning(self, partition_by: Sequence[str]) -> None:
+        """:class:`SchemaMismatch` when the table exists partitioned otherwise than by *partition_by*: checked
+        before a job's plan is fixed, since the transaction would refuse the job's files on every try."""
 
     @abstractmethod
     def check_empty(self, own: Collection[str] = ()) -> None:

@@ -77,6 +77,11 @@ class DeltaTarget(TableTarget):
         if dt is not None:
             _check_schema(dt, schema, self.uri)
 
+    def check_partitioning(self, partition_by: Sequence[str]) -> None:
+        dt = self._load()
+        if dt is not None:
+            _check_partitioning(dt, partition_by, self.uri)
+
     def check_empty(self, own: Collection[str] = ()) -> None:
         dt = self._load()
         if dt is not None and set(_files(dt)) - set(own):

@@ -158,6 +158,11 @@ class IcebergTarget(TableTarget):
         if table is not None:
             _check_schema(table, schema, self.identifier)
 
+    def check_partitioning(self, partition_by: Sequence[str]) -> None:
+        table = self._load()
+        if table is not None:
+            _check_partitioning(table, partition_by, self.identifier)
+
     def check_empty(self, own: Collection[str] = ()) -> None:
         table = self._load()
         mine = {f"{self.data_uri}/{p}" for p in own}

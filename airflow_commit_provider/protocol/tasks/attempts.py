@@ -23,6 +23,7 @@ from ..faults import inject
 from ..paths import partition_of
 from ..job import Job
 from ..records.job import JobRecord
+from ..records.refused import RefusedTasks
 from ..records.task import TaskCommitRecord
 from ..timing import timed
 
@@ -389,11 +390,13 @@ class TaskAttempts:
         return own
 
     # ------------------------------------------------------------------ recovery
-    def recover(self, job: JobRecord, app: int, task: int,
-                apps: Sequence[int] | None = None) -> TaskCommitRecord | None:
+    def recover(self, job: JobRecord, app: int, task: int, apps: Sequence[int] | None = None,
+                refused: RefusedTasks | None = None) -> TaskCommitRecord | None:
         """The task's record in application attempt *app*, adopting (Hadoop's recoverTask) the newest earlier
         attempt's commit when *app* has none; ``None`` when no application attempt of the generation committed
-        it. *apps*: the generation's application attempts, newest first, when the caller listed them already."""
+        it, or when a job commit refused that commit for good (:mod:`..records.refused`: the task then runs
+        again, with the code of now, instead of being recovered into the same refusal). *apps*: the generation's
+        application attempts, newest first, and *refused*: its refusals, when the caller read them already."""
         rec = self.record(app, task, job.job_uuid)
         if rec is not None:
             return rec
@@ -403,6 +406,13 @@ class TaskAttempts:
             old = self.record(old_app, task, job.job_uuid)
             if old is None:
                 continue
+            refused = self.job.refused_tasks(job) if refused is None else refused
+            if refused.refuses(old):
+                # the newest commit of the task is the one refused; an older one can only be the same commit
+                log.warning("task %d: its commit (attempt %d, application attempt %d) was refused by a job commit "
+                            "(%s): it is run again, not recovered", task, old.attempt, old.committed_in_app,
+                            refused.reason(task))
+                return None
             self.publisher.complete_task_commit(old)
             inject("recover_task.before_record")
             self.store.create_exclusive(self.layout.task_record(app, task), old.adopted_by(app).to_json())

@@ -72,6 +72,21 @@ for _mode in ("error", "append", "overwrite", "dynamic"):
 ct_empty = stage_dag("ct_empty", tasks=0)
 
 
+def produce_for_key(task: int, dag_run) -> pa.Table:
+    """ROWS rows of *task*, each carrying the run's job key (``dag_run.conf["key"]``)."""
+    key = dag_run.conf["key"]
+    return pa.table({"task": pa.array([task] * ROWS, pa.int32()), "row": pa.array(range(ROWS), pa.int32()),
+                     "key": [key] * ROWS})
+
+
+with DAG("ct_job_key", schedule=None, start_date=datetime(2024, 1, 1), catchup=False, default_args=DEFAULTS,
+         tags=["airflow-commit-provider-tests"]) as ct_job_key:
+    # one target for every key, in append mode: each key's job adds its rows; a re-run of a key replaces its own
+    commit_stage("stage", target=os.path.join(ROOT, "ct_job_key"), python_callable=produce_for_key,
+                 expand_op_kwargs=[{"task": t} for t in range(TASKS)], mode="append",
+                 job_key="{{ dag_run.conf['key'] }}")
+
+
 def hold_while_flagged(context) -> None:
     """A ``pre_execute``: while ``hold-<dag_id>-<task_id>`` exists, wait (the try is running and
     has done nothing yet). A test uses it to pause the DAG at a known point, not at a guessed time."""
@@ -144,3 +159,12 @@ with DAG("ct_maintenance", schedule=None, start_date=datetime(2024, 1, 1), catch
                                       single_job_dirs=True)
     dedup >> CompactOutputOperator(task_id="compact", target=os.path.join(ROOT, "ct_maintenance"),
                                    target_size=10**6)
+
+# both kinds of maintenance pointed at a Delta table (the test makes it): each refuses, without a retry
+with DAG("ct_table_maintenance", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
+         default_args={"retries": 1, "retry_delay": timedelta(seconds=0.2)},
+         tags=["airflow-commit-provider-tests"]) as ct_table_maintenance:
+    from airflow_commit_provider.operators.maintenance import CompactOutputOperator, DeduplicateOutputOperator
+
+    DeduplicateOutputOperator(task_id="dedup", target=os.path.join(ROOT, "ct_table_maintenance"), apply=True)
+    CompactOutputOperator(task_id="compact", target=os.path.join(ROOT, "ct_table_maintenance"), target_size=10**6)

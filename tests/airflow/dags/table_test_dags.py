@@ -101,3 +101,30 @@ with DAG("tbl_s3", schedule=None, start_date=datetime(2024, 1, 1), catchup=False
                                        pre_execute=raise_after_table_commit_on_try_1, **shared)
             abort = CommitAbortOperator(task_id="abort", commit_task_id=f"{stage}.commit", **shared)
             setup >> write >> commit >> abort.as_teardown(setups=setup)
+
+
+def shard_rows_changing_schema(shard: int, ti):
+    """:func:`shard_rows`, with a column more while the file ``extra-column-<dag_id>`` exists in ``WORK``: the
+    code change a user then reverts."""
+    for table in shard_rows(shard, ti):
+        if os.path.exists(os.path.join(WORK, f"extra-column-{ti.dag_id}")):
+            table = table.append_column("note", pa.array(["new"] * table.num_rows))
+        yield table
+
+
+# tbl_schema: a run whose code adds a column the table lacks (its commit is refused), then the code is reverted and
+# the run cleared (tests/airflow/test_recover_valid.py)
+with DAG("tbl_schema", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
+         default_args={"retries": 1, "retry_delay": timedelta(seconds=0)},
+         tags=["airflow-commit-provider-tests"]) as tbl_schema:
+    for stage, table in (("delta", {"table_format": "delta"}),
+                         ("iceberg", {"table_format": "iceberg", "table_name": "schema.events"})):
+        with TaskGroup(stage):
+            shared = {"target": os.path.join(ROOT, "tbl_schema", stage), "mode": "append", "partition_by": "day",
+                      "job_name": stage, **table}
+            setup = CommitSetupOperator(task_id="setup", **shared)
+            write = CommitWriteOperator.partial(task_id="write", python_callable=shard_rows_changing_schema,
+                                                **shared).expand(op_kwargs=[{"shard": n} for n in range(SHARDS)])
+            commit = CommitJobOperator(task_id="commit", write_task_id=f"{stage}.write", **shared)
+            abort = CommitAbortOperator(task_id="abort", commit_task_id=f"{stage}.commit", **shared)
+            setup >> write >> commit >> abort.as_teardown(setups=setup)

@@ -1,0 +1,192 @@
+"""A whole target as the storage tells it, every job at once: what the ``airflow-commit`` command line shows
+(``inspect``), checks (``verify``) and cleans (``abort``, ``gc``).
+
+The job-level read model is :class:`~.status.JobStatus`; this module finds the jobs of a target (their records
+under ``_temporary/`` and their commit logs under ``_commits/``) and rebuilds each one's :class:`~.job.Job` from the
+job's own record, so that nobody has to remember a stage's algorithm, mode or partitioning to look at a job or to
+clean it up. Everything that changes the target goes through the protocol's own abort (:mod:`.abort`), which
+records every uncommitted attempt failed before it removes a file (I10) and touches only the job it was given:
+nothing here deletes a path by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .abort import abort_job
+from .config import CommitConfig
+from .errors import CorruptRecord, InvalidOutputSpec
+from .job import Job
+from .layout import CLAIMS, COMMITS, SUCCESS, TEMPORARY, TRASH, JobLayout, is_job_id
+from .records.job import CommitLog, JobRecord
+from .records.success import parse_marker, files_under, listing_mismatch
+from .status import JobStatus
+from .stores import Store
+
+def job_ids(store: Store) -> list[str]:
+    """Every job the target knows of: a directory under ``_temporary/`` (a job under way, failed, or a committed
+    job's leftovers) or a commit log under ``_commits/``. Names that are no job id (``_trash``, ``_claims``, the
+    error-mode claim) are the target's own."""
+    found = {n for n in store.list_dir(TEMPORARY) if is_job_id(n)}
+    found |= {n[:-5] for n in store.list_dir(COMMITS) if n.endswith(".json") and is_job_id(n[:-5])}
+    return sorted(found)
+
+
+def job_scope(store: Store, job_id: str) -> Job:
+    """The :class:`Job` of *job_id* on *store*, configured as its own record says (the current generation's job
+    record, else the last committed generation's commit log): :class:`InvalidOutputSpec` when it has neither."""
+    layout = JobLayout(job_id)
+    record = JobRecord.read(store, layout.job_record)
+    if record is not None:
+        algorithm, mode, partition_by = record.algorithm, record.mode, record.partition_by
+    else:
+        log = CommitLog.read(store, layout.commit_log)
+        if log is None:
+            raise InvalidOutputSpec(f"{store.url()} has no job {job_id!r} (no {layout.job_record}, no "
+                                    f"{layout.commit_log}); `airflow-commit inspect {store.url()}` lists its jobs")
+        algorithm, mode, partition_by = (log.manifest["algorithm"], log.manifest["mode"],
+                                         log.manifest.get("partition_by") or ())
+    return Job(store, job_id, CommitConfig(algorithm=algorithm, mode=mode, partition_by=partition_by))
+
+
+def describe_job(store: Store, job_id: str) -> dict[str, Any]:
+    """One job: its state and tasks (:meth:`~.status.JobStatus.status`), what a clear of its run would recover,
+    its pending multipart uploads, its committed generations, and whether ``gc`` would collect it."""
+    scope = job_scope(store, job_id)
+    status = JobStatus(scope).status()
+    out: dict[str, Any] = {k: status.get(k) for k in ("job_id", "state", "job_uuid", "generation", "app_attempt",
+                                                      "committer", "algorithm", "mode", "labels")}
+    tasks = status.get("tasks") or []
+    if status["state"] in ("running", "failed", "committing"):
+        out["tasks"] = {
+            "committed": sorted(t["task"] for t in tasks if t.get("attempt") is not None),
+            "failed_attempts": sum(len(t.get("failed_attempts", ())) for t in tasks),
+            "denied_attempts": sum(len(t.get("denied_attempts", ())) for t in tasks),
+            "unfinished_attempts": sorted(f"{t['task']}@{a}" for t in tasks for a in t.get("unfinished_attempts", ())),
+        }
+        #: a clear of the run recovers these (their code is not called again); the rest run again
+        out["recoverable_tasks"] = out["tasks"]["committed"]
+        uploads = scope.publisher.job_uploads(status["job_uuid"])
+        out["pending_uploads"] = [rel for rel, _ in uploads]
+    log = scope.commit_log()
+    if log is not None:
+        out["committed_generations"] = [h.get("generation") for h in log.history] + [log.manifest["generation"]]
+        out["last_commit"] = {"generation": log.manifest["generation"], "finished": log.manifest.get("finished"),
+                              "files": len(log.manifest["files"]),
+                              "rows": (log.manifest.get("totals") or {}).get("rows")}
+    leftovers = status["state"] == "committed" and bool(store.list_dir(scope.layout.job_dir))
+    trash = [n for n in store.list_dir(TRASH) if scope.layout.is_own_trash(n)]
+    out["trash_entries"] = len(trash)
+    out["collectable"] = status["state"] == "failed" or leftovers or bool(trash)
+    return out
+
+
+def markers(store: Store) -> list[dict[str, Any]]:
+    """Every ``_SUCCESS`` readers see (the root's and each partition's), each checked against one listing of the
+    target (I9): ``valid``, or the first difference in ``problem``. A job committing meanwhile can make a marker
+    look wrong for the length of the listing: ``verify`` then says so, and a second run tells."""
+    listing = dict(store.list_files("", visible_only=True))
+    out = []
+    for d in store.marker_dirs(SUCCESS):
+        rel = f"{d}/{SUCCESS}" if d else SUCCESS
+        entry: dict[str, Any] = {"path": rel}
+        try:
+            manifest = parse_marker(store.read_bytes(rel), store.url(rel))
+        except FileNotFoundError:
+            continue   # withdrawn since the listing: a job is committing there
+        except CorruptRecord as exc:
+            out.append({**entry, "valid": False, "problem": str(exc)})
+            continue
+        problem = listing_mismatch(files_under(listing, d), manifest, store.url(rel))
+        out.append({**entry, "job_id": manifest["job_id"], "generation": manifest.get("generation"),
+                    "finished": manifest.get("finished"), "files": len(manifest["files"]),
+                    "rows": (manifest.get("totals") or {}).get("rows"), "valid": problem is None,
+                    "problem": problem})
+    return out
+
+
+def inspect(store: Store) -> dict[str, Any]:
+    """The target: its markers, its jobs, the compactions' claims and what waits in the trash."""
+    jobs = []
+    for job_id in job_ids(store):
+        try:
+            jobs.append(describe_job(store, job_id))
+        except (CorruptRecord, InvalidOutputSpec) as exc:
+            jobs.append({"job_id": job_id, "state": "unreadable", "problem": str(exc), "collectable": False})
+    return {"output": store.url(), "markers": markers(store), "jobs": jobs,
+            "claimed_inputs": len(store.list_dir(CLAIMS)), "trash_entries": len(store.list_dir(TRASH))}
+
+
+def abort(store: Store, job_id: str, *, purge: bool = False) -> dict[str, Any]:
+    """Hadoop's abortJob for one job, as its stage's teardown runs it (``purge=False``: committed tasks are kept
+    for a clear of the run) or as ``purge_on_failure`` does (the target as it was before the job). A job that is
+    committing is left alone (its commit finishes on the next try of the commit task)."""
+    return abort_job(job_scope(store, job_id), keep_committed=not purge)
+
+
+def collect(store: Store, *, apply: bool = False) -> list[dict[str, Any]]:
+    """``gc``: the jobs nobody continues by themselves (a failed run's teardown ran; or committed, with clean-up
+    left) and what collecting each does. Only with *apply* is anything removed, each job through :func:`abort`
+    with ``purge`` (which re-reads the job: one that a clear set going meanwhile is no longer ``failed``, and
+    a job that started committing is left alone). Running jobs are never collected: nothing in storage tells a
+    live run from a dead one; ``abort --job`` is for those, by hand."""
+    plan = []
+    for job in inspect(store)["jobs"]:
+        if not job.get("collectable"):
+            continue
+        action = "purge: its committed tasks are not recovered by a later clear" if job["state"] == "failed" \
+            else "remove what its clean-up left"
+        entry: dict[str, Any] = {"job_id": job["job_id"], "state": job["state"], "action": action}
+        if apply:
+            entry["result"] = abort(store, job["job_id"], purge=True)
+        plan.append(entry)
+    return plan
+
+
+def verify(store: Store) -> dict[str, Any]:
+    """Whether every marker under the target tells the truth; ``ok`` is false when there is none."""
+    found = markers(store)
+    return {"output": store.url(), "ok": bool(found) and all(m["valid"] for m in found), "markers": found}
+
+
+def summary_lines(found: Mapping[str, Any]) -> list[str]:
+    """:func:`inspect` for a person: one line a marker and a job."""
+    lines = [f"target {found['output']}"]
+    if not found["markers"]:
+        lines.append("  no _SUCCESS: nothing committed here is visible as a whole")
+    for m in found["markers"]:
+        verdict = "valid" if m["valid"] else f"INVALID: {m['problem']}"
+        lines.append(f"  {m['path']}: job {m.get('job_id')} generation {m.get('generation')}, {m.get('files')} "
+                     f"file(s), {m.get('rows')} row(s), {verdict}")
+    for j in found["jobs"]:
+        head = f"  job {j['job_id']}: {j['state']}"
+        if j.get("generation") is not None:
+            head += f", generation {j['generation']}, application attempt {j.get('app_attempt')}"
+        if j.get("algorithm") is not None:
+            head += f", algorithm {j['algorithm']}, mode {j['mode']}"
+        lines.append(head)
+        labels = j.get("labels") or {}
+        if labels.get("dag_id"):
+            lines.append(f"    dag {labels['dag_id']} run {labels.get('run_id')}")
+        if "tasks" in j:
+            t = j["tasks"]
+            lines.append(f"    committed tasks {len(t['committed'])} (a clear of the run recovers them); failed "
+                         f"attempts {t['failed_attempts']}, denied {t['denied_attempts']}, unfinished "
+                         f"{len(t['unfinished_attempts'])}; pending uploads {len(j.get('pending_uploads', []))}")
+        if j.get("last_commit"):
+            c = j["last_commit"]
+            lines.append(f"    last commit: generation {c['generation']} at {c['finished']}, {c['files']} file(s)")
+        if j.get("problem"):
+            lines.append(f"    {j['problem']}")
+        if j.get("collectable"):
+            lines.append(f"    collectable: `airflow-commit gc {found['output']} --apply` removes it")
+    if found["trash_entries"]:
+        lines.append(f"  {found['trash_entries']} committed job directory(ies) in {TRASH} (gc removes them)")
+    if found["claimed_inputs"]:
+        lines.append(f"  {found['claimed_inputs']} file(s) claimed by compactions ({CLAIMS})")
+    return lines
+
+
+__all__ = ["abort", "collect", "describe_job", "inspect", "job_ids", "job_scope", "markers",
+           "summary_lines", "verify"]
