@@ -1,8 +1,10 @@
-"""Helpers shared by the tests, the fault matrix and the benchmarks: free ports and moto's S3 server."""
+"""Helpers shared by the tests, the fault matrix and the benchmarks: free ports, moto's S3 server, and worker
+processes paused at a fault point."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -105,3 +107,18 @@ def race_two_processes(target, *args, results: int, timeout: float = 120) -> lis
         assert proc.exitcode == 0, f"racer exited with {proc.exitcode}"
     return outcomes
 
+
+
+def wait_stopped(proc: subprocess.Popen) -> None:
+    """Block until *proc* stopped itself at its armed ``stop`` fault point (or died: then fail, naming why)."""
+    _pid, status = os.waitpid(proc.pid, os.WUNTRACED)
+    if not os.WIFSTOPPED(status):
+        out, err = proc.communicate()
+        raise AssertionError(f"the worker ended (status {status}) before its stop point:\n{out}\n{err}")
+
+
+def resume(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
+    """SIGCONT a process :func:`wait_stopped` saw stop, and wait for it to end: its exit code, stdout, stderr."""
+    os.kill(proc.pid, signal.SIGCONT)
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err

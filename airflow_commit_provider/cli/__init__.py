@@ -29,7 +29,8 @@ OK, FOUND_PROBLEM, REFUSED = 0, 1, 2
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="airflow-commit", description=__doc__.split("\n\n")[0])
+    top = argparse.ArgumentParser(prog="airflow-commit", description="A commit target's jobs, markers and leftovers: "
+                                  "inspect, verify, abort one job, collect what failed and finished jobs left.")
     sub = top.add_subparsers(dest="command", required=True)
 
     def command(name: str, help_: str) -> argparse.ArgumentParser:

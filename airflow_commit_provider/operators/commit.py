@@ -19,7 +19,6 @@ How Airflow maps onto Hadoop's model (see the README for the full table):
 from __future__ import annotations
 
 import inspect
-import shlex
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -28,13 +27,15 @@ from airflow.sdk import BaseHook, BaseOperator
 from ..hooks.storage import CommitStorageHook
 from ..links.commit_status import CommitStatusLink, CommitTargetLink
 from ..protocol import (CommitConfig, CommitDenied, FileOutputCommitter, InvalidOutputSpec, JobAlreadyCommitted,
-                        run_task_attempt)
+                        OverlappingRun, run_task_attempt)
 from ..protocol.config import check_threads, normalize_algorithm, partition_columns
 from ..protocol.modes import check_mode
 from ..protocol.tables import FORMATS as TABLE_FORMATS, TableTarget, table_target
 from .failures import DETERMINISTIC_ERRORS, fail_fast_on_deterministic_errors
 from .identity import job_names, make_job_id
 from .lineage import CommitLineageMixin
+from .hints import leftover_hint, purge_command
+from .overlap import run_finished, run_owner
 from .setup_context import SetupContext
 from .shards import check_job_shards, check_shard_callable, check_shards, run_shards
 from .summary import CommitSummary
@@ -312,7 +313,8 @@ class CommitBaseOperator(BaseOperator):
             labels["shards_per_task"] = self.shards_per_task
         names = self.job_names(context)
         config = CommitConfig(algorithm=self.algorithm, mode=self.mode, partition_by=self.partition_by,
-                              commit_threads=self.commit_threads, labels=labels, durable=self.durable, names=names)
+                              commit_threads=self.commit_threads, labels=labels, durable=self.durable, names=names,
+                              owner=run_owner(context))
         return CommitStorageHook(self.conn_id).make_committer(self.target, make_job_id(**names), config,
                                                               table=self.table())
 
@@ -334,7 +336,11 @@ class CommitSetupOperator(CommitBaseOperator):
         committer = self.committer(context)
         # before setup_job, which would open a new application attempt (fencing the older one's tries) first
         self._check_shards(committer, before_setup=True)
-        job = committer.setup_job()
+        try:
+            job = committer.setup_job(run_finished=run_finished(context))
+        except OverlappingRun as exc:
+            raise OverlappingRun(f"{exc} The command: {purge_command(committer, self.conn_id)}",
+                                 exc.owner, exc.app_attempt) from exc
         setup = SetupContext.from_job(job, job_name=self._job_name(), target=committer.store.url(),
                                       conn_id=self.conn_id, algorithm=committer.algorithm_name,
                                       algorithm_value=self.algorithm, mode=committer.mode,
@@ -610,25 +616,3 @@ class CommitAbortOperator(CommitBaseOperator):
             result["hint"] = leftover_hint(committer, self.conn_id, self.target, result["kept_committed_tasks"])
             self.log.warning("%s", result["hint"])
         return result
-
-
-def leftover_hint(committer: FileOutputCommitter, conn_id: str | None, target: Any, kept: Sequence[int]) -> str:
-    """What a failed run's teardown leaves under ``_temporary/<job>`` (kept for a clear of the run), and the
-    command that removes it when the run will not be cleared (Hadoop's abortJob: the target as before the job)."""
-    where = committer.store.url(committer.layout.job_dir)
-    remove = purge_command(committer, conn_id)
-    if kept:
-        return (f"kept {len(kept)} committed task(s) ({', '.join(map(str, kept))}) of job {committer.job_id} hidden "
-                f"under {where}: clear this DAG run to recover them (their code is not called again). If the run "
-                f"will not be cleared, remove them and the job's records with: {remove}")
-    return (f"nothing of job {committer.job_id} was committed; its records stay under {where} so that a clear of "
-            f"this DAG run continues the job. If the run will not be cleared, remove them with: {remove} "
-            f"(purge_on_failure=True on the stage removes them at every failure)")
-
-
-def purge_command(committer: FileOutputCommitter, conn_id: str | None) -> str:
-    """The ``airflow-commit`` line that purges *committer*'s job (:mod:`..cli`), quoted for a shell."""
-    words = ["airflow-commit", "abort", committer.store.url(), "--job", committer.job_id, "--purge"]
-    if conn_id:
-        words += ["--conn-id", conn_id]
-    return shlex.join(words)

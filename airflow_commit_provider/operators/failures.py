@@ -19,10 +19,12 @@ try:  # the Task SDK's (Airflow 3.2+)
 except ImportError:  # Airflow 3.1
     from airflow.exceptions import AirflowFailException
 
-from ..protocol.errors import InvalidOutputSpec, JobConfigMismatch, StorageCapabilityError
+from ..protocol.errors import InvalidOutputSpec, JobConfigMismatch, OverlappingRun, StorageCapabilityError
 
-#: Errors that no retry can cure (InvalidOutputSpec covers the bad input of every kind).
-DETERMINISTIC_ERRORS = (InvalidOutputSpec, JobConfigMismatch, StorageCapabilityError)
+#: Errors that no retry can cure (InvalidOutputSpec covers the bad input of every kind). An overlap of two runs of
+#: one job is refused until someone acts (the message says how): a retry would only refuse again, or, once the
+#: other run ended, take the job over behind the author's back
+DETERMINISTIC_ERRORS = (InvalidOutputSpec, JobConfigMismatch, OverlappingRun, StorageCapabilityError)
 
 
 @contextmanager

@@ -27,6 +27,7 @@ from .errors import (
     JobIncomplete,
     JobNotSetUp,
     MarkerChanging,
+    OverlappingRun,
     OwnedByTable,
     StorageCapabilityError,
 )
@@ -34,6 +35,7 @@ from .job import Job
 from .jobsetup import JobContext
 from .layout import JobLayout, check_job_id
 from .modes import MODES
+from .config import RunOwner
 from .records.success import read_success_marker
 from .stores import LocalStore, Store, store_for
 from .tasks.attempts import TaskAttemptContext
@@ -44,7 +46,7 @@ __all__ = [
     "MODES", "CommitConfig", "CommitDenied", "CommitProtocolError", "CorruptRecord", "FileOutputCommitter", "InputsChanged",
     "InputsClaimed", "InvalidOutputSpec",
     "JobAlreadyCommitted", "JobConfigMismatch", "Job", "JobContext", "JobIdentityCollision", "JobIncomplete",
-    "JobLayout", "JobNotSetUp", "MarkerChanging", "OwnedByTable", "make_committer",
+    "JobLayout", "JobNotSetUp", "MarkerChanging", "OverlappingRun", "OwnedByTable", "RunOwner", "make_committer",
     "LocalStore", "OutputCommitter", "StorageCapabilityError", "Store", "TaskAttemptContext", "TaskAttemptWriter",
     "TaskOutcome", "check_job_id", "normalize_algorithm", "read_success_marker", "run_task_attempt", "store_for",
 ]

@@ -45,6 +45,10 @@ def abort_job(scope: Job, *, keep_committed: bool = False) -> dict[str, Any]:
     if scope.commit_plan(job) is not None:
         return {"job_id": scope.job_id, "state": "committing", "aborted": False}
     apps = scope.app_attempts(job)
+    other = scope.other_owner(apps[0], job) if apps else None
+    if other is not None:   # another run took the job over (:mod:`.owners`): its work is not this run's to undo
+        return stood_down(scope, f"application attempt {apps[0]} is owned by {other.describe()}, not by this run: "
+                                 "it stood down")
     # the teardown lists the pending uploads before the traces (see the module's docstring); a purge, which ends
     # the generation and records no fate, aborts every upload it finds at its end
     uploads = scope.publisher.job_uploads(job.job_uuid) if keep_committed else []
@@ -168,7 +172,6 @@ def superseded(scope: Job, job: JobRecord, apps: list[int]) -> bool:
     return bool(apps) and scope.app_attempts(now)[:1] != apps[:1]
 
 
-def stood_down(scope: Job) -> dict[str, Any]:
-    return {"job_id": scope.job_id, "state": "superseded", "aborted": False,
-            "why": "the job moved on while this abort ran (a newer application attempt or a job commit): it stood "
-                   "down"}
+def stood_down(scope: Job, why: str = "the job moved on while this abort ran (a newer application attempt or "
+                                       "a job commit): it stood down") -> dict[str, Any]:
+    return {"job_id": scope.job_id, "state": "superseded", "aborted": False, "why": why}

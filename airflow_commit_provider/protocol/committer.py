@@ -36,6 +36,7 @@ from .errors import JobIncomplete, JobNotSetUp
 from .job import Job
 from .jobsetup import JobContext, setup_job
 from .layout import JobLayout
+from .owners import RunFinished
 from .records.job import CommitLog, JobRecord
 from .status import JobStatus
 from .stores import Store, store_for
@@ -47,7 +48,8 @@ class OutputCommitter(ABC):
     """Hadoop's OutputCommitter contract."""
 
     @abstractmethod
-    def setup_job(self, *, replace_files: Iterable[str] = (), replace_first: bool = False) -> JobContext: ...
+    def setup_job(self, *, replace_files: Iterable[str] = (), replace_first: bool = False,
+                  run_finished: RunFinished | None = None) -> JobContext: ...
 
     @abstractmethod
     def setup_task(self, task: int, attempt: int) -> TaskAttemptContext: ...
@@ -155,7 +157,8 @@ class FileOutputCommitter(OutputCommitter):
         return self.job.commit_log()
 
     # ------------------------------------------------------------------ job setup
-    def setup_job(self, *, replace_files: Iterable[str] = (), replace_first: bool = False) -> JobContext:
+    def setup_job(self, *, replace_files: Iterable[str] = (), replace_first: bool = False,
+                  run_finished: RunFinished | None = None) -> JobContext:
         """Allocate the next application attempt; create the job record and the target on the first one.
 
         *replace_files* (the first call of a generation only): existing files this job's commit replaces
@@ -169,8 +172,14 @@ class FileOutputCommitter(OutputCommitter):
         generation (new job uuid) whose commit will replace the previous generation's files; a re-run while a job
         commit is under way changes nothing, so that the commit can be resumed. In mode ``error`` it refuses at
         once, naming the owner, when another job has claimed the target (:mod:`.targetclaim`).
+
+        With an owner in the configuration (the DAG run, :mod:`.owners`) the application attempt is recorded as
+        that run's, and the setup refuses (:class:`OverlappingRun`, before anything changes) when the job's
+        current attempt is another run's that has not ended: the job's records say so (its teardown's abort
+        record) or *run_finished* (asked about that run: ``True`` ended, ``False`` running, ``None`` unknown).
         """
-        return setup_job(self.job, replace_files=replace_files, replace_first=replace_first)
+        return setup_job(self.job, replace_files=replace_files, replace_first=replace_first,
+                         run_finished=run_finished)
 
     # ------------------------------------------------------------------ task attempts (:mod:`.tasks.attempts`)
     def setup_task(self, task: int, attempt: int) -> TaskAttemptContext:
@@ -243,7 +252,7 @@ class FileOutputCommitter(OutputCommitter):
         """The task's record (recovered, or ``None``) and the current application attempt, from one listing of
         the job directory (the application attempts and the commits a job commit refused are named there)."""
         names = self.store.list_dir(self.layout.job_dir)
-        apps = self.job.current_app_attempts(job, names)
+        apps = self.job.own_app_attempts(job, names)
         rec = self.attempts.recover(job, apps[0], task, apps, self.job.refused_tasks(job, names))
         return (None if rec is None else rec.to_doc()), apps[0]
 

@@ -5,10 +5,10 @@ this object, so a bad value is refused by name in one place and a job's settings
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import InvalidOutputSpec
+from .errors import CorruptRecord, InvalidOutputSpec
 from .modes import Mode, mode_named
 from .paths import check_partition_key
 
@@ -55,6 +55,46 @@ def check_threads(commit_threads: Any) -> int | None:
 
 
 @dataclass(frozen=True)
+class RunOwner:
+    """One DAG run (Airflow's ``dag_id``, ``run_id``), as the owner of the application attempts its setup
+    claims (:mod:`.owners` says the rule); *clear_number* says which clear of the run set one up."""
+
+    dag_id: str
+    run_id: str
+    clear_number: int = 0
+
+    def __post_init__(self) -> None:
+        for key in ("dag_id", "run_id"):
+            value = getattr(self, key)
+            if not isinstance(value, str) or not value:
+                raise InvalidOutputSpec(f"RunOwner: {key} must be a non-empty string, got {value!r}")
+        check_number(self.clear_number, "RunOwner: clear_number")
+
+    def same_run(self, other: RunOwner) -> bool:
+        """Whether *other* is this very run (any clear of it): its attempts are this run's to use."""
+        return (self.dag_id, self.run_id) == (other.dag_id, other.run_id)
+
+    def describe(self) -> str:
+        return f"DAG run {self.run_id!r} of DAG {self.dag_id!r} (clear {self.clear_number})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, value: Any, where: str) -> RunOwner | None:
+        """The owner an application attempt's marker names (``None``: it names none); :class:`CorruptRecord`
+        naming *where* for one that is not an owner."""
+        if value is None:
+            return None
+        try:
+            if not isinstance(value, Mapping):
+                raise InvalidOutputSpec(f"not a mapping: {value!r}")
+            return cls(value["dag_id"], value["run_id"], value.get("clear_number", 0))
+        except (KeyError, InvalidOutputSpec) as exc:
+            raise CorruptRecord(f"{where}: owner is not a DAG run ({exc})") from None
+
+
+@dataclass(frozen=True)
 class CommitConfig:
     """What a job is set up with. Built once (``CommitConfig(...)`` validates); frozen, so every part of the
     protocol that holds it holds the same values.
@@ -71,6 +111,8 @@ class CommitConfig:
         record and commit log keep them, and a set-up of the same job id named otherwise is refused
         (:class:`~.errors.JobIdentityCollision`), since one id for two namings would make the second run's commit
         replace the first's files. Empty: the caller names nothing, and nothing is checked.
+    :param owner: the run this committer works for (:mod:`.owners`): its setup records it in the application
+        attempt it claims, and its tasks work only in an attempt it owns; ``None``: any attempt (the newest).
     """
 
     algorithm: int | str = 1
@@ -81,6 +123,7 @@ class CommitConfig:
     part_size: int | None = None
     durable: bool = True
     names: Mapping[str, str] = field(default_factory=dict)
+    owner: RunOwner | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -94,6 +137,8 @@ class CommitConfig:
             raise InvalidOutputSpec(f"durable must be True or False, got {self.durable!r}")
         if not isinstance(self.labels, Mapping):
             raise InvalidOutputSpec(f"labels must be a mapping of names to JSON values, got {self.labels!r}")
+        if self.owner is not None and not isinstance(self.owner, RunOwner):
+            raise InvalidOutputSpec(f"owner must be a RunOwner (the DAG run) or None, got {self.owner!r}")
         set_(self, "labels", dict(self.labels))
         if not isinstance(self.names, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
                                                           for k, v in self.names.items()):
@@ -107,4 +152,4 @@ class CommitConfig:
         return mode_named(self.mode)
 
 
-__all__ = ["CommitConfig", "check_number", "check_threads", "normalize_algorithm", "partition_columns"]
+__all__ = ["CommitConfig", "RunOwner", "check_number", "check_threads", "normalize_algorithm", "partition_columns"]

@@ -59,6 +59,17 @@ class JobIdentityCollision(JobConfigMismatch):
     this committer's (``CommitConfig(names=...)``). Raised before anything changes, naming both."""
 
 
+class OverlappingRun(CommitProtocolError):
+    """Another run of the job owns its current application attempt (:mod:`.owners`): a setup refuses while that
+    run has not finished, a write or a job commit of a run that does not own the attempt refuses; nothing was
+    changed. ``owner`` is the run that owns it, ``app_attempt`` the attempt."""
+
+    def __init__(self, message: str, owner: Any, app_attempt: int) -> None:
+        super().__init__(message)
+        self.owner = owner
+        self.app_attempt = app_attempt
+
+
 class CorruptRecord(CommitProtocolError, ValueError):
     """A record of the protocol (job record, task commit record, commit plan, ``_SUCCESS``) is unreadable."""
 
@@ -96,9 +107,10 @@ class InputsClaimed(CommitProtocolError):
 
 
 class OwnedByTable(InvalidOutputSpec):
-    """Maintenance (compaction, deduplication) refused a target that is, lies inside, or holds a Delta or Iceberg
-    table: the table's log names its files, so only the table's own transactions may delete or merge them. Raised
-    before anything is written; the message names the table's own way to do it."""
+    """Maintenance (compaction, deduplication), or the setup of a job that publishes files and not into a table,
+    refused a target that is, lies inside, or holds a Delta or Iceberg table: the table's log names its files, so
+    only the table's own transactions may add, delete or merge them. Raised before anything is written; the message
+    names the table's own way to do it (for a file job: ``table_format``, or a target outside the table)."""
 
     def __init__(self, message: str, *, table_format: str, location: str, name: str) -> None:
         super().__init__(message)

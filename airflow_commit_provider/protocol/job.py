@@ -16,10 +16,20 @@ import hashlib
 import shlex
 from collections.abc import Iterable, Mapping
 
+from . import records
 from .config import CommitConfig
-from .errors import InvalidOutputSpec, JobAlreadyCommitted, JobConfigMismatch, JobIdentityCollision, JobNotSetUp
+from .errors import (
+    InvalidOutputSpec,
+    JobAlreadyCommitted,
+    JobConfigMismatch,
+    JobIdentityCollision,
+    JobNotSetUp,
+    OverlappingRun,
+)
 from .layout import ABORT_RECORD, TEMPORARY, TRASH, JobLayout, check_job_id
 from .modes import Mode
+from .config import RunOwner
+from .owners import not_owned
 from .publish import Publisher, publisher_for
 from .records.job import CommitLog, CommitPlan, JobRecord
 from .records.refused import RefusedTasks
@@ -54,6 +64,8 @@ class Job:
         #: state of the job (every decision still reads the store), only what a read is compared with
         self._last_job: tuple[bytes, JobRecord] | None = None
         self._checked: JobRecord | None = None
+        #: the owners the application attempts' markers name, as read (a marker is created once, never changed)
+        self._owners: dict[tuple[str, int], RunOwner | None] = {}
 
     # ------------------------------------------------------------------ identity
     def identity(self) -> dict[str, object]:
@@ -228,6 +240,47 @@ class Job:
     def current_app_attempt(self, record: JobRecord | None = None) -> int:
         """The newest application attempt of the current generation."""
         return self.current_app_attempts(record or self.require_job())[0]
+
+    def app_owner(self, app: int, record: JobRecord) -> RunOwner | None:
+        """The run that owns application attempt *app* of generation *record*, as its marker says (``None``: it
+        names none, or is gone: the job's records went with a commit or a purge, which the caller's next read
+        finds). A marker is created once and never changes, but a purge lets the next generation number its
+        attempts from 0 again: what was read is kept per generation."""
+        key = (record.job_uuid, app)
+        if key not in self._owners:
+            rel = self.layout.app_marker(app)
+            doc = records.read(self.store, rel, "app-attempt")
+            if doc is None:
+                return None
+            self._owners[key] = RunOwner.from_record(doc.get("owner"), self.store.url(rel))
+        return self._owners[key]
+
+    def other_owner(self, app: int, record: JobRecord) -> RunOwner | None:
+        """The run that owns application attempt *app* of generation *record* when it is not this scope's run
+        (``config.owner``, any clear of it); ``None`` when it is, when the attempt names no owner, or when this
+        scope works for none."""
+        ours = self.config.owner
+        if ours is None:
+            return None
+        owner = self.app_owner(app, record)
+        return None if owner is None or owner.same_run(ours) else owner
+
+    def own_app_attempts(self, record: JobRecord, names: Iterable[str] | None = None, *,
+                         doing: str = "write") -> list[int]:
+        """:meth:`current_app_attempts`, refusing (:class:`OverlappingRun`, *doing* saying what was refused) when
+        the current one is another run's (:mod:`.owners`) -- unless the generation's commit has fixed its plan:
+        then the job's fate is fixed, and whoever asks only finds the records or finishes that commit."""
+        apps = self.current_app_attempts(record, names)
+        other = self.other_owner(apps[0], record)
+        if other is not None and self.commit_plan(record) is None:
+            assert self.config.owner is not None   # other_owner found none otherwise
+            raise OverlappingRun(not_owned(self.job_id, self.config.owner, other, apps[0], doing), other, apps[0])
+        return apps
+
+    def attempt_ended(self, app: int, record: JobRecord) -> bool:
+        """Whether the job's records say application attempt *app* of the generation has ended: its run's
+        teardown recorded the abort there (:mod:`.abort`)."""
+        return self.store.exists(self.layout.abort_record(app, record.job_uuid))
 
     def plan_and_app_attempt(self, record: JobRecord,
                              names: Iterable[str] | None = None) -> tuple[CommitPlan | None, int]:

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from . import records
 from .abort import abort_job
-from .errors import CommitProtocolError, InvalidOutputSpec
+from .errors import CommitProtocolError, InvalidOutputSpec, OverlappingRun
 from .faults import inject
 from .job import Job
 from .layout import COMMITS
+from .owners import RunFinished, still_running
 from .paths import check_relative
 from .records.inputs import record_inputs
 from .records.job import JobRecord, Replaces
+from .tables.ownership import refuse_file_job
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,8 @@ class JobContext:
         return asdict(self)
 
 
-def setup_job(scope: Job, *, replace_files: Iterable[str] = (), replace_first: bool = False) -> JobContext:
+def setup_job(scope: Job, *, replace_files: Iterable[str] = (), replace_first: bool = False,
+              run_finished: RunFinished | None = None) -> JobContext:
     """See :meth:`~.committer.FileOutputCommitter.setup_job`."""
     check_target(scope)
     if scope.target_claim:
@@ -54,29 +57,34 @@ def setup_job(scope: Job, *, replace_files: Iterable[str] = (), replace_first: b
     if job is None:
         job = create_job_record(scope, [check_relative(f) for f in replace_files], replace_first)
     scope.check_config(job)
+    apps = scope.app_attempts(job)
+    if apps:   # before the plan: a run still committing the job is not joined either
+        check_no_overlap(scope, job, apps[0], run_finished)
     plan = scope.commit_plan(job)
     if plan is not None:
         return context(scope, job, plan.app_attempt, "committing")
-    app, marker = claim_app_attempt(scope, job)
+    app, marker = claim_app_attempt(scope, job, apps)
     inject("setup_job.after_app_marker")
     scope.store.write_bytes(scope.layout.app_entry(app), marker)   # after the marker: it only ever repeats one
     inject("setup_job.after_app_attempt")
     return context(scope, job, app, "running")
 
 
-def claim_app_attempt(scope: Job, job: JobRecord) -> tuple[int, bytes]:
-    """The next application attempt, claimed by the exclusive creation of its marker, and the marker's bytes.
+def claim_app_attempt(scope: Job, job: JobRecord, apps: Sequence[int]) -> tuple[int, bytes]:
+    """The application attempt after *apps* (the generation's, newest first), claimed by the exclusive creation
+    of its marker, and the marker's bytes (which name this run as the attempt's owner, when it is known).
 
     A marker another setup created first sends this one to the next number; the marker carries a nonce, so that
     a marker this very setup created (its answer lost, its resent request refused) is told from a rival's (see
     :meth:`~.stores.base.Store.create_exclusive`). The numbers tried are bounded (:data:`APP_CLAIM_TRIES`): every
     one taken means another setup of this job ran at the same moment, and runs of one job must not overlap."""
-    apps = scope.app_attempts(job)
     first = apps[0] + 1 if apps else job.first_app_attempt
+    owner = {"owner": scope.config.owner.to_dict()} if scope.config.owner is not None else {}
     nonce = uuid.uuid4().hex
     for app in range(first, first + APP_CLAIM_TRIES):
         marker = records.dumps("app-attempt", {"app_attempt": app, "job_uuid": job.job_uuid, "nonce": nonce,
-                                               "started": records.now_iso(), "labels": scope.config.labels})
+                                               "started": records.now_iso(), "labels": scope.config.labels,
+                                               **owner})
         if scope.store.create_exclusive(scope.layout.app_marker(app), marker):
             return app, marker
     raise CommitProtocolError(
@@ -109,6 +117,20 @@ def start_over(scope: Job, job: JobRecord) -> JobRecord | None:
     return scope.job_record()
 
 
+def check_no_overlap(scope: Job, job: JobRecord, app: int, run_finished: RunFinished | None) -> None:
+    """:class:`OverlappingRun` when another run owns the job's current application attempt *app* and has not
+    ended (:mod:`.owners`): neither the job's records (its teardown's abort record) nor *run_finished* (the
+    scheduler) says it did. A run that ended is taken over: the attempt this setup opens recovers its commits."""
+    other = scope.other_owner(app, job)
+    if other is None or scope.attempt_ended(app, job):
+        return
+    finished = run_finished(other) if run_finished is not None else None
+    if finished is True:
+        return
+    marker = records.read(scope.store, scope.layout.app_marker(app), "app-attempt") or {}
+    raise OverlappingRun(still_running(scope.job_id, other, app, marker.get("started"), finished), other, app)
+
+
 def context(scope: Job, job: JobRecord, app: int, state: str) -> JobContext:
     return JobContext(job_id=scope.job_id, job_uuid=job.job_uuid, generation=job.generation,
                       app_attempt=app, first_app_attempt=job.first_app_attempt, state=state)
@@ -116,9 +138,13 @@ def context(scope: Job, job: JobRecord, app: int, state: str) -> JobContext:
 
 def check_target(scope: Job) -> None:
     """The output root is a directory (or absent), and ``_temporary`` and ``_commits`` below it are no link and on
-    the same volume: found here, not at a rename half way through the commit."""
+    the same volume: found here, not at a rename half way through the commit. A job of files (no table) refuses a
+    root that is, lies inside or holds a table (:func:`~.tables.ownership.refuse_file_job`): in every mode its
+    commit would delete files the table's log names or add files it does not; a table job's root is its table."""
     if scope.store.exists("") and not scope.store.isdir(""):
         raise InvalidOutputSpec(f"output root {scope.store.url()} is a file, not a directory")
+    if scope.table is None:
+        refuse_file_job(scope.store, scope.mode.name)
     scope.store.check_tree([scope.layout.job_dir, COMMITS])
 
 

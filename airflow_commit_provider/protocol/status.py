@@ -52,11 +52,14 @@ class JobStatus:
             tasks.setdefault(t, {"task": t, "attempt": None, "app_attempt": None, "files": 0, "rows": 0,
                                  "bytes": 0, "current": False}).update(hist)
         aborted = records.read(scope.store, scope.layout.abort_record(app, job.job_uuid), "abort")
+        # the DAG run whose setup claimed the current application attempt (``owners.py``): who to wait for, or
+        # whose job an abort would end
+        owner = scope.app_owner(app, job) if apps else None
         state = "committing" if plan is not None else ("failed" if aborted else "running")
         return {"job_id": scope.job_id, "state": state, "job_uuid": job.job_uuid,
                 "generation": job.generation, "app_attempt": app, "committer": scope.publisher.committer_name,
                 "algorithm": scope.publisher.algorithm, "mode": scope.mode.name, "output": scope.store.url(),
-                "labels": dict(job.labels), "aborted": aborted,
+                "labels": dict(job.labels), "owner": owner.to_dict() if owner else None, "aborted": aborted,
                 "tasks": [tasks[t] for t in sorted(tasks)]}
 
     def attempt_history(self, job: JobRecord, winners: Mapping[tuple[int, int], int] | None = None

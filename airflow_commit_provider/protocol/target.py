@@ -56,7 +56,7 @@ def describe_job(store: Store, job_id: str) -> dict[str, Any]:
     scope = job_scope(store, job_id)
     status = JobStatus(scope).status()
     out: dict[str, Any] = {k: status.get(k) for k in ("job_id", "state", "job_uuid", "generation", "app_attempt",
-                                                      "committer", "algorithm", "mode", "labels")}
+                                                      "committer", "algorithm", "mode", "labels", "owner")}
     tasks = status.get("tasks") or []
     if status["state"] in ("running", "failed", "committing"):
         out["tasks"] = {
@@ -169,6 +169,10 @@ def summary_lines(found: Mapping[str, Any]) -> list[str]:
         labels = j.get("labels") or {}
         if labels.get("dag_id"):
             lines.append(f"    dag {labels['dag_id']} run {labels.get('run_id')}")
+        owner = j.get("owner")
+        if owner:   # the run whose setup claimed the current application attempt (owners.py)
+            lines.append(f"    application attempt {j.get('app_attempt')} owned by dag {owner['dag_id']} run "
+                         f"{owner['run_id']} (clear {owner['clear_number']})")
         if "tasks" in j:
             t = j["tasks"]
             lines.append(f"    committed tasks {len(t['committed'])} (a clear of the run recovers them); failed "

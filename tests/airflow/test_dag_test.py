@@ -248,20 +248,27 @@ def test_dedup_then_compaction_operators(dags):
     assert len(sc.visible_files(root)) == 1, "eight small files merged into one"
 
 
-def test_maintenance_operators_refuse_a_delta_table_without_a_retry(dags):
-    """Both operators pointed at a Delta table: each task fails on its first try (a refusal no retry cures),
-    nothing under the table changes, and the table reads every row with deltalake."""
+def delta_table_at(dag_id: str) -> tuple[str, dict[str, bytes]]:
+    """A Delta table of 24 rows (two jobs of the table committer) at *dag_id*'s target: the target and every file
+    under it with its bytes."""
     pytest.importorskip("deltalake")
-    import deltalake
-
     from ..protocol.dedup_tables import all_files
     from ..protocol.tables_worker import run_job
 
-    root = target("ct_table_maintenance")
+    root = target(dag_id)
     cfg = {"format": "delta", "location": root, "job_id": "events-1", "tasks": 3, "rows": 4}
     run_job(cfg)
     run_job({**cfg, "job_id": "events-2"})
-    before = all_files(root)
+    return root, all_files(root)
+
+
+def test_maintenance_operators_refuse_a_delta_table_without_a_retry(dags):
+    """Both operators pointed at a Delta table: each task fails on its first try (a refusal no retry cures),
+    nothing under the table changes, and the table reads every row with deltalake."""
+    deltalake = pytest.importorskip("deltalake")
+    from ..protocol.dedup_tables import all_files
+
+    root, before = delta_table_at("ct_table_maintenance")
     dr = dags.ct_table_maintenance.test()
     assert dr.state == "failed" and states(dr) == {"dedup[-1]": "failed", "compact[-1]": "failed"}, states(dr)
     from airflow.utils.session import create_session
@@ -336,3 +343,23 @@ def test_example_tables_dag_commits_each_job_once_per_table(dags):
         assert iceberg_marker["table"]["snapshot_id"] == iceberg.current_snapshot().snapshot_id
     assert deltalake.DeltaTable(os.path.join(root, "events_delta")).version() == 1
     assert len(iceberg.metadata.snapshots) == 2
+
+
+def test_a_file_stage_into_a_delta_table_fails_at_setup_on_its_first_try(dags):
+    """A stage without ``table_format`` whose target is a Delta table: its setup task fails on try 1 (a refusal
+    no retry cures), no write task runs, nothing under the table changes, and the table reads every row."""
+    deltalake = pytest.importorskip("deltalake")
+    from airflow.utils.session import create_session
+
+    from ..protocol.dedup_tables import all_files
+
+    root, before = delta_table_at("ct_table_filejob")
+    dr = dags.ct_table_filejob.test()
+    assert dr.state == "failed", states(dr)
+    with create_session() as session:
+        tis = {ti.task_id: ti for ti in dr.get_task_instances(session=session)}
+    setup = tis["stage.setup"]
+    assert setup.state == "failed" and setup.try_number == 1, "a refusal is not retried"
+    assert not calls("ct_table_filejob"), "no write task ran"
+    assert all_files(root) == before
+    assert deltalake.DeltaTable(root).to_pyarrow_table().num_rows == 24

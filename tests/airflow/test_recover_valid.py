@@ -6,7 +6,6 @@ back every row exactly once with its own reader."""
 from __future__ import annotations
 
 import importlib
-import os
 import shutil
 import sys
 from collections import Counter

@@ -24,6 +24,7 @@ from airflow_commit_provider.protocol import (
 from airflow_commit_provider.protocol.maintenance.claims import InputClaims, newest
 from airflow_commit_provider.protocol.maintenance.compaction import CompactionPlan, compact
 
+from ..support import resume, wait_stopped
 from . import compaction_worker as worker
 from . import scenario as sc
 
@@ -69,20 +70,6 @@ def assert_rows(root: str, expected: Counter[int]) -> None:
         assert not twice and not lost, f"{read.__name__}: {len(twice)} ids too often {twice[:10]}, " \
                                        f"{len(lost)} ids lost {lost[:10]}"
     sc.assert_markers_tell_truth(root)
-
-
-def wait_stopped(proc) -> None:
-    """Block until *proc* stopped itself at its armed ``stop`` fault point (or died: then fail, naming why)."""
-    pid, status = os.waitpid(proc.pid, os.WUNTRACED)
-    if not os.WIFSTOPPED(status):
-        out, err = proc.communicate()
-        raise AssertionError(f"the worker ended (status {status}) before its stop point:\n{out}\n{err}")
-
-
-def resume(proc) -> tuple[int, str, str]:
-    os.kill(proc.pid, signal.SIGCONT)
-    out, err = proc.communicate(timeout=300)
-    return proc.returncode, out, err
 
 
 def test_two_overlapping_compactions_one_commits_the_other_refuses(tmp_path):

@@ -107,41 +107,53 @@ def test_maintenance_refuses_an_iceberg_table(iceberg, tmp_path, operation, wher
     assert rows(iceberg) == both_generations()
 
 
-def test_iceberg_metadata_kept_elsewhere_is_found_by_the_job_records(tmp_path):
-    """The table's metadata is not beside its data (``write.metadata.path``): the commit logs the table committer
-    left in the data directory name the table, and the compaction is refused by them."""
-    from airflow_commit_provider.protocol.tables.iceberg import IcebergTarget
-
-    cfg = {"format": "iceberg", "location": str(tmp_path / "warehouse"), "table_name": "ns.events",
-           "job_id": "events-1", "mode": "append", "partition_by": ["day"], "tasks": 3, "rows": 4, "gen": 0}
+def iceberg_metadata_elsewhere(tmp_path) -> tuple[dict, str]:
+    """An Iceberg table whose metadata is not beside its data (``write.metadata.path``), written by two jobs of
+    the table committer: its configuration and its data directory, where only their commit logs name it."""
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema
     from pyiceberg.transforms import IdentityTransform
     from pyiceberg.types import LongType, NestedField
 
+    from airflow_commit_provider.protocol.tables.iceberg import IcebergTarget
+
+    cfg = {"format": "iceberg", "location": str(tmp_path / "warehouse"), "table_name": "ns.events",
+           "job_id": "events-1", "mode": "append", "partition_by": ["day"], "tasks": 3, "rows": 4, "gen": 0}
     target = IcebergTarget.open(cfg["table_name"], None, cfg["location"])
     schema = Schema(*(NestedField(i, name, LongType()) for i, name in enumerate(["id", "day", "gen"], 1)))
     target.catalog.create_table(cfg["table_name"], schema=schema, location=target.location,
                                 partition_spec=PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "day")),
                                 properties={"write.metadata.path": f"file://{tmp_path}/elsewhere"})
     two_jobs(cfg)
-    data = f"{target.location}/data"
     assert not os.path.exists(f"{target.location}/metadata") and os.listdir(tmp_path / "elsewhere")
+    return cfg, f"{target.location}/data"
+
+
+def test_iceberg_metadata_kept_elsewhere_is_found_by_the_job_records(tmp_path):
+    """The table's metadata is not beside its data: the commit logs the table committer left in the data
+    directory name the table, and the compaction is refused by them."""
+    cfg, data = iceberg_metadata_elsewhere(tmp_path)
     refused = assert_refused(data, "compact", "iceberg", str(tmp_path))
     assert refused.name == "ns.events" and "_commits/events-" in str(refused)
     assert rows(cfg) == both_generations()
 
 
-@pytest.mark.parametrize("table_format", ["delta", "iceberg"])
-def test_a_first_table_job_under_way_is_found_by_its_job_record(tmp_path, table_format):
-    """Before a new table's first commit there is no Delta log nor Iceberg metadata yet: the job record the table
-    job's setup wrote names the table, and maintenance is refused by it."""
+def first_table_job_under_way(tmp_path, table_format: str) -> str:
+    """A new table's first job (``first``), set up only: no Delta log nor Iceberg metadata yet, only the job record
+    that names the table. Returns the table's data directory."""
     cfg = {"format": table_format, "location": str(tmp_path / "t"), "table_name": "ns.t", "job_id": "first"}
     if table_format == "delta":
         del cfg["table_name"]
     committer = committer_for(cfg)
     committer.setup_job()
-    data = committer.store.url().removeprefix("file://")
+    return committer.store.url().removeprefix("file://")
+
+
+@pytest.mark.parametrize("table_format", ["delta", "iceberg"])
+def test_a_first_table_job_under_way_is_found_by_its_job_record(tmp_path, table_format):
+    """Before a new table's first commit, the job record the table job's setup wrote names the table, and
+    maintenance is refused by it."""
+    data = first_table_job_under_way(tmp_path, table_format)
     refused = assert_refused(data, "compact", table_format, str(tmp_path))
     assert "_temporary/first/_job.json (job record)" in str(refused)
 

@@ -343,10 +343,10 @@ def job_record_doc(c) -> dict:
     return json.loads(c.store.read_bytes(c.job.layout.job_record))
 
 
-def test_the_job_record_names_the_table_and_a_committer_publishing_elsewhere_is_refused(base):
+def test_the_job_record_names_the_table_and_a_committer_publishing_elsewhere_is_refused(base, tmp_path):
     """Set up as a table, the job refuses a committer of files (and of the other format, or of another Iceberg
     table at the same location) by name, before anything is written; and the other way round."""
-    from airflow_commit_provider.protocol import FileOutputCommitter, JobConfigMismatch
+    from airflow_commit_provider.protocol import FileOutputCommitter, JobConfigMismatch, OwnedByTable
     from airflow_commit_provider.protocol.tables import table_target
     from airflow_commit_provider.protocol.tables.iceberg import IcebergTarget
 
@@ -376,14 +376,19 @@ def test_the_job_record_names_the_table_and_a_committer_publishing_elsewhere_is_
     c.commit_job(1)
     assert rows(base) == expected(tasks=1)
 
-    # the other way: a job of files at the data root, then a committer publishing it into the table
-    files_job = FileOutputCommitter(data_root, "files-1", mode="append", partition_by=["day"], durable=False)
+    # the other way: a job of files at the data root is refused at its setup now that a table is there
+    # (test_filejob_tables.py); one set up before its table existed, then committed into it, by its record
+    with pytest.raises(OwnedByTable):
+        FileOutputCommitter(data_root, "files-1", mode="append", partition_by=["day"], durable=False).setup_job()
+    fresh = {**base, "location": str(tmp_path / "fresh"), "job_id": "files-1"}
+    files_job = FileOutputCommitter(committer_for(fresh).table.data_root, "files-1", mode="append",
+                                    partition_by=["day"], durable=False)
     files_job.setup_job()
     assert "table" not in job_record_doc(files_job), "a directory job's record changed"
     run_task_attempt(files_job, 0, 1, lambda w: w.write(task_rows(1, 4, 5)))
     with pytest.raises(JobConfigMismatch, match=r"set up to publish into a directory of files \(no table_format\), "
                                                 r"but this committer publishes into"):
-        committer_for({**base, "job_id": "files-1"}).commit_job(1)
+        committer_for(fresh).commit_job(1)
     assert rows(base) == expected(tasks=1), "the refused commit published something"
 
 

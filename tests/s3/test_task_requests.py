@@ -181,3 +181,20 @@ def test_magic_peak_memory_is_one_part(bucket, moto_server):
     assert res.returncode == 0, res.stderr[-2000:]
     above = json.loads(res.stdout.strip().splitlines()[-1])["above"]
     assert above <= 1.4 * part, f"peak {above / 2**20:.1f} MiB above the baseline for {part / 2**20:.0f} MiB parts"
+
+
+def test_a_task_of_a_dag_run_reads_its_attempts_owner_once(bucket):
+    """A committer working for a DAG run (the operators') checks that its run owns the job's current application
+    attempt (``protocol/owners.py``): one GetObject of that attempt's marker per task, nothing else more."""
+    from airflow_commit_provider.protocol import RunOwner
+
+    root = f"s3://{bucket}/out"
+    owner = RunOwner("dag", "manual__2024-05-01")
+    make_committer(root, "job", algorithm=1, mode="append", owner=owner).setup_job()
+    c = make_committer(root, "job", algorithm=1, mode="append", owner=owner)
+    assert run_task_attempt(c, 0, 1, lambda w: w.write(TABLE), max_rows_per_file=100).status == "committed"
+    c = make_committer(root, "job", algorithm=1, mode="append", owner=owner)
+    c.store.request_counts()
+    seen = one_task(c)
+    assert dict(seen.ops) == {**EXPECTED[1], "GetObject": EXPECTED[1]["GetObject"] + 1}, seen.keys
+    assert [op for op, k in seen.keys if k.endswith("/_app.json")] == ["GetObject"], seen.keys

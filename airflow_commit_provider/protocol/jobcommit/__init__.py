@@ -60,6 +60,8 @@ def commit_job(scope: Job, expected_tasks: int | Iterable[int] | None = None, *,
         # job withdrew it; writing it back would describe a directory that has changed since (I9).
         return dict(log_.manifest)
     scope.check_config(job)
+    if scope.config.owner is not None:   # a run commits only the application attempt its own setup claimed
+        scope.own_app_attempts(job, doing="job commit")
     if expected_tasks is None:
         tasks = None
     elif isinstance(expected_tasks, int) and not isinstance(expected_tasks, bool):

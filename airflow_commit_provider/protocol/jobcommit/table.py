@@ -9,7 +9,7 @@ generation is refused there (:class:`~..tables.GenerationSuperseded`).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa

@@ -96,7 +96,7 @@ class TaskAttempts:
         check_number(attempt, "attempt")
         if job is None or app is None:
             job = self.job.require_job()
-            app = self.job.current_app_attempt(job)
+            app = self.job.own_app_attempts(job)[0]
         ta = TaskAttemptContext(self.job.job_id, job.job_uuid, app, task, attempt,
                                 self.layout.attempt_dir(app, task, attempt))
         self.ledger.start(app, task, attempt)

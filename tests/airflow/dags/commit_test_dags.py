@@ -56,12 +56,13 @@ def produce(task: int, ti):
 DEFAULTS = {"retries": 1, "retry_delay": timedelta(seconds=0.2)}
 
 
-def stage_dag(dag_id: str, *, mode: str = "append", algorithm: int = 1, tasks: int = TASKS) -> DAG:
+def stage_dag(dag_id: str, *, mode: str = "append", algorithm: int = 1, tasks: int = TASKS,
+              job_key: str | None = None) -> DAG:
     with DAG(dag_id, schedule=None, start_date=datetime(2024, 1, 1), catchup=False, default_args=DEFAULTS,
              tags=["airflow-commit-provider-tests"]) as dag:
         commit_stage("stage", target=os.path.join(ROOT, dag_id), python_callable=produce,
                      expand_op_kwargs=[{"task": t} for t in range(tasks)], algorithm=algorithm, mode=mode,
-                     partition_by=["day"])
+                     partition_by=["day"], job_key=job_key)
     return dag
 
 
@@ -70,6 +71,8 @@ for _mode in ("error", "append", "overwrite", "dynamic"):
         globals()[f"ct_{_mode}_v{_alg}"] = stage_dag(f"ct_{_mode}_v{_alg}", mode=_mode, algorithm=_alg)
 
 ct_empty = stage_dag("ct_empty", tasks=0)
+# a plain file stage (no table_format) whose target the test makes a Delta table: its setup refuses, no retry
+ct_table_filejob = stage_dag("ct_table_filejob", mode="overwrite")
 
 
 def produce_for_key(task: int, dag_run) -> pa.Table:
@@ -85,6 +88,11 @@ with DAG("ct_job_key", schedule=None, start_date=datetime(2024, 1, 1), catchup=F
     commit_stage("stage", target=os.path.join(ROOT, "ct_job_key"), python_callable=produce_for_key,
                  expand_op_kwargs=[{"task": t} for t in range(TASKS)], mode="append",
                  job_key="{{ dag_run.conf['key'] }}")
+
+
+# every run is one job (a key that renders the same for every logical date): two runs at once overlap
+ct_overlap_append = stage_dag("ct_overlap_append", tasks=2, job_key="one-job-for-every-run")
+ct_overlap_overwrite = stage_dag("ct_overlap_overwrite", mode="overwrite", tasks=2, job_key="one-job-for-every-run")
 
 
 def hold_while_flagged(context) -> None:
