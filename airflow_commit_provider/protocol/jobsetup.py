@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -22,6 +22,9 @@ from .records.job import JobRecord, Replaces
 from .tables.ownership import refuse_file_job
 
 log = logging.getLogger(__name__)
+
+#: how many application attempt numbers one setup tries before it refuses (:func:`claim_app_attempt`)
+APP_CLAIM_TRIES = 16
 
 
 @dataclass(frozen=True)
@@ -60,19 +63,36 @@ def setup_job(scope: Job, *, replace_files: Iterable[str] = (), replace_first: b
     plan = scope.commit_plan(job)
     if plan is not None:
         return context(scope, job, plan.app_attempt, "committing")
-    app = apps[0] + 1 if apps else job.first_app_attempt
-    owner = {"owner": scope.config.owner.to_dict()} if scope.config.owner is not None else {}
-    while True:
-        marker = records.dumps("app-attempt", {"app_attempt": app, "job_uuid": job.job_uuid,
-                                               "started": records.now_iso(), "labels": scope.config.labels,
-                                               **owner})
-        if scope.store.create_exclusive(scope.layout.app_marker(app), marker):
-            break
-        app += 1
+    app, marker = claim_app_attempt(scope, job, apps)
     inject("setup_job.after_app_marker")
     scope.store.write_bytes(scope.layout.app_entry(app), marker)   # after the marker: it only ever repeats one
     inject("setup_job.after_app_attempt")
     return context(scope, job, app, "running")
+
+
+def claim_app_attempt(scope: Job, job: JobRecord, apps: Sequence[int]) -> tuple[int, bytes]:
+    """The application attempt after *apps* (the generation's, newest first), claimed by the exclusive creation
+    of its marker, and the marker's bytes (which name this run as the attempt's owner, when it is known).
+
+    A marker another setup created first sends this one to the next number; the marker carries a nonce, so that
+    a marker this very setup created (its answer lost, its resent request refused) is told from a rival's (see
+    :meth:`~.stores.base.Store.create_exclusive`). The numbers tried are bounded (:data:`APP_CLAIM_TRIES`): every
+    one taken means another setup of this job ran at the same moment, and runs of one job must not overlap."""
+    first = apps[0] + 1 if apps else job.first_app_attempt
+    owner = {"owner": scope.config.owner.to_dict()} if scope.config.owner is not None else {}
+    nonce = uuid.uuid4().hex
+    for app in range(first, first + APP_CLAIM_TRIES):
+        marker = records.dumps("app-attempt", {"app_attempt": app, "job_uuid": job.job_uuid, "nonce": nonce,
+                                               "started": records.now_iso(), "labels": scope.config.labels,
+                                               **owner})
+        if scope.store.create_exclusive(scope.layout.app_marker(app), marker):
+            return app, marker
+    raise CommitProtocolError(
+        f"setup of job {scope.job_id} found application attempts {first} to {first + APP_CLAIM_TRIES - 1} each "
+        f"claimed by another setup while it tried ({scope.store.url(scope.layout.job_dir)}): other setups of this "
+        "job are running at the same moment (a retried setup beside its zombie, a cleared run beside the running "
+        "one), and runs of one job must not overlap. Nothing was changed; retry this setup once the other runs' "
+        "setups are done")
 
 
 def failed_run_torn_down(scope: Job, job: JobRecord) -> bool:

@@ -19,12 +19,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import records
-from .errors import InvalidOutputSpec
+from .errors import CommitProtocolError, InvalidOutputSpec
 from .stores import Store
 
 if TYPE_CHECKING:
     from .records.job import JobRecord
     from .layout import JobLayout
+
+#: how often :meth:`TargetClaim.take` finds the claim gone again after another job's creation refused its own
+CLAIM_TRIES = 8
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ class TargetClaim:
         """Claim the target for *job*'s job, or find it already this job's; :class:`InvalidOutputSpec` naming
         the owner when another job holds it. The exclusive creation decides between jobs taking it at once."""
         record = ClaimRecord(job.job_id, job.job_uuid, job.generation, records.now_iso()).to_json()
-        while True:   # read first: a job that holds it already (a resumed commit, a re-run) asks once
+        for _ in range(CLAIM_TRIES):   # read first: a job that holds it already (a resumed commit, a re-run) asks once
             holder = self.holder()
             if holder is not None:
                 if holder.job_id != job.job_id:
@@ -84,7 +87,11 @@ class TargetClaim:
                 return
             if self.store.create_exclusive(self.layout.error_claim, record):
                 return
-            # another job created it between the two calls: read it again
+            # another job created it between the two calls (and it may be gone again: read it again)
+        raise CommitProtocolError(
+            f"job {self.layout.job_id} could not claim {self.store.url(self.layout.error_claim)} in mode 'error': "
+            f"the claim was taken and freed again {CLAIM_TRIES} times while it tried (other jobs set up and "
+            "aborted there at the same moment); nothing visible changed: retry the commit")
 
     def release_uncommitted(self) -> bool:
         """Free the claim if this job holds it and none of its generations committed (no commit log); ``True``

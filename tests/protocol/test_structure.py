@@ -121,3 +121,45 @@ def test_the_readme_names_the_dags_the_demo_runs():
     sentence = text[text.index("`python -m airflow_commit_provider.demo` runs `example_"):]
     sentence = sentence[:sentence.index("with `dag.test()`")]
     assert re.findall(r"`(example_\w+)\.py`", sentence) == [name for name, _, _ in DEMO_DAGS]
+
+
+#: Every exclusive creation of the protocol, and what makes its bytes its writer's own. On an object store an
+#: exclusive create that meets an object with exactly its bytes takes it for its own (its first request's answer
+#: was lost: :meth:`~airflow_commit_provider.protocol.stores.base.Store.create_exclusive`), so each payload is
+#: unique to its writer, or else who wrote it decides nothing.
+EXCLUSIVE_CREATES = {
+    ("jobsetup", "claim_app_attempt"): "a nonce per setup",
+    ("jobsetup", "create_job_record"): "a new job uuid; the answer is not used (the record is read back)",
+    ("tasks.attempts", "_commit"): "the attempt (Airflow's try number) and the time of its commit",
+    ("tasks.attempts", "recover"): "decides nothing: every adopter writes the same record and reads it back",
+    ("tasks.ledger", "try_claim"): "the attempt's record, or the word 'failed': every claimant of a failure "
+                                   "removes the attempt's files, which is idempotent",
+    ("jobcommit.stages", "_fix"): "the commit's start time; a refused plan is read back and used",
+    ("targetclaim", "take"): "the job and its generation; a refused claim is read back",
+    ("maintenance.claims", "_append"): "the generation and the time; the chain is read back",
+    ("maintenance.compaction", "fix_plan"): "decides nothing: a refused plan is read back and used",
+    ("maintenance.dedupjob", "_claim"): "a plan uuid, compared when read back",
+}
+
+
+def exclusive_creates(node: ast.AST, function: str = "") -> set[str]:
+    """The functions under *node* (innermost, by name) that call ``create_exclusive``."""
+    out = set()
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) \
+                and child.func.attr == "create_exclusive":
+            out.add(function)
+        out |= exclusive_creates(child, child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+                                 else function)
+    return out
+
+
+def test_every_exclusive_create_says_what_makes_its_bytes_its_writers():
+    """A new exclusive creation is added to :data:`EXCLUSIVE_CREATES` with the reason its bytes are unique to its
+    writer (or why that decides nothing): without one, a lost answer could hand it another writer's claim."""
+    found = {(module_of(path).removeprefix("airflow_commit_provider.protocol."), function)
+             for path in (PACKAGE / "protocol").rglob("*.py")
+             for function in exclusive_creates(ast.parse(path.read_text()))}
+    assert found == set(EXCLUSIVE_CREATES), (
+        f"exclusive creations without a reason: {sorted(found - set(EXCLUSIVE_CREATES))}; listed but gone: "
+        f"{sorted(set(EXCLUSIVE_CREATES) - found)}")

@@ -69,3 +69,12 @@ def s3fs_fs(moto_server):
     import s3fs
 
     return s3fs.S3FileSystem(use_listings_cache=False, skip_instance_cache=True)
+
+
+@pytest.fixture
+def fault_proxy(moto_server):
+    """A :class:`~.faultproxy.FaultProxy` in front of the session's moto server, with no fault armed yet."""
+    from .faultproxy import FaultProxy, retrying_throttles
+
+    with FaultProxy(moto_server, lifetime=300) as proxy, retrying_throttles():
+        yield proxy

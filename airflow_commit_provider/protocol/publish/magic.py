@@ -216,24 +216,16 @@ class MultipartPublisher(Publisher):
         uploads = [f for rec in recs for f in rec.files]
 
         def complete(f: FileEntry) -> None:
-            try:
-                self.s3.complete_upload(f.path, f.upload_id, f.parts)
-            except (FileNotFoundError, OSError):
-                # NoSuchUpload: completed by an earlier run of this commit (then the object is there)
-                if not self._has(f):
-                    raise CorruptRecord(f"job {self.job_id}: upload {f.upload_id} of {f.path} is gone and the "
-                                        "object does not exist (aborted outside the protocol, or expired by a "
-                                        "lifecycle rule)") from None
+            try:   # completed already (a resumed commit, a resent request) counts as done: the store checks
+                self.s3.complete_upload(f.path, f.upload_id, f.parts, f.size)
+            except FileNotFoundError as exc:
+                raise CorruptRecord(f"job {self.job_id}: upload {f.upload_id} of {f.path} is gone and the "
+                                    "object it makes does not exist (aborted outside the protocol, or expired by "
+                                    f"a lifecycle rule): {exc}") from None
             inject("commit_job.mid_move")
 
         parallel(complete, uploads, self.threads)
         return 0
-
-    def _has(self, f: FileEntry) -> bool:
-        try:
-            return int(self.s3.fs.info(self.s3._p(f.path))["size"]) == f.size
-        except FileNotFoundError:
-            return False
 
     def job_uploads(self, job_uuid: str) -> list[tuple[str, str]]:
         """Pending uploads of this job generation: under the root, with the job uuid in their key."""

@@ -29,6 +29,9 @@ class Store(ABC):
     #: ``True`` when a directory exists on its own, empty or not (the local disk); ``False`` where a "directory" is
     #: a prefix of the names under it (object stores)
     has_directories: bool = False
+    #: ``True`` where the client sends a request again when its answer is lost (an object store over HTTP: botocore
+    #: and s3fs retry a dropped connection), so that a request may take effect twice: see :meth:`create_exclusive`
+    resends_requests: bool = False
     #: the longest name (bytes) of one path component the store takes
     name_max: int = 255
     protocol: str = ""
@@ -59,12 +62,37 @@ class Store(ABC):
         """Create an empty file if there is none (nothing to tear, so no temporary file is needed)."""
         self.write_bytes(rel, b"")
 
-    @abstractmethod
     def create_exclusive(self, rel: str, data: bytes, *, like: str | None = None) -> bool:
         """Create a file atomically if it does not exist. ``True`` if this call created it, ``False`` if it existed.
 
         *like*: a file that holds exactly *data* (the caller created it so and nobody rewrites it in place); a
-        store that can give a file a second name (the local disk's hard link) does so instead of writing again."""
+        store that can give a file a second name (the local disk's hard link) does so instead of writing again.
+
+        Where the client sends a request again when its answer is lost (:attr:`resends_requests`), "it exists" is
+        ambiguous: the first request may have created the file, and the retry meets it. The answer is then
+        resolved, not guessed: the file is read, and holding exactly *data* it is this call's own (``True``). So
+        the bytes a caller creates exclusively are unique to it (a uuid, or its attempt and a time of day), or
+        else its identity decides nothing (every writer sends the same bytes and then does the same)."""
+        try:
+            self._create_new(rel, data, like)
+            return True
+        except FileExistsError:
+            return self.resends_requests and self._holds(rel, data)
+
+    def _create_new(self, rel: str, data: bytes, like: str | None) -> None:
+        """Create *rel* holding *data* (or as a second name of *like*) in one atomic step; :class:`FileExistsError`
+        when a file is there (see :meth:`create_exclusive`). Not abstract: a store written before it overrides
+        :meth:`create_exclusive` itself, and still works."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither _create_new nor create_exclusive: "
+                                  "a store must offer an atomic create-if-absent to coordinate commits")
+
+    def _holds(self, rel: str, data: bytes) -> bool:
+        """Whether *rel* holds exactly *data*: an exclusive create that met it was its own (a file gone since
+        was not: somebody removed it, so it is not there for this call to have)."""
+        try:
+            return self.read_bytes(rel) == data
+        except FileNotFoundError:
+            return False
 
     @abstractmethod
     def makedirs(self, rel: str) -> None: ...

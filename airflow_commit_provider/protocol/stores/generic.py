@@ -17,7 +17,7 @@ _memory_lock = threading.Lock()
 
 
 class FsspecStore(Store):
-    """Any fsspec file system. Exclusive creation is delegated to :meth:`_create_exclusive`, per protocol."""
+    """Any fsspec file system. Exclusive creation is :meth:`_create_new`, per protocol."""
 
     def __init__(self, fs: Any, root: str) -> None:
         self.fs = fs
@@ -55,13 +55,13 @@ class FsspecStore(Store):
     def write_bytes(self, rel: str, data: bytes) -> None:
         self.fs.pipe_file(self._p(rel), data)
 
-    def create_exclusive(self, rel: str, data: bytes, *, like: str | None = None) -> bool:
+    def _create_new(self, rel: str, data: bytes, like: str | None) -> None:
         if self.protocol == "memory":
             with _memory_lock:
                 if self.fs.exists(self._p(rel)):
-                    return False
+                    raise FileExistsError(self.url(rel))
                 self.fs.pipe_file(self._p(rel), data)
-                return True
+                return
         raise StorageCapabilityError(
             f"{self.url()} ({type(self.fs).__name__}) offers no atomic create-if-absent, so commit coordination "
             "cannot be guaranteed on it; supported: local disk, S3, memory")

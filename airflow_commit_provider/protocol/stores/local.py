@@ -154,29 +154,26 @@ class LocalStore(Store):
         os.close(fd)
         self._sync.changed(os.path.dirname(path))
 
-    def create_exclusive(self, rel: str, data: bytes, *, like: str | None = None) -> bool:
+    def _create_new(self, rel: str, data: bytes, like: str | None) -> None:
+        """A hard link to the new name: atomic, and refused when the name exists (a local system call has no
+        lost answer: :class:`FileExistsError` here is always another writer's file)."""
         path = self._p(rel)
         if like is not None:
             try:
                 os.link(self._p(like), path)   # its data is durable already: it was written as below
                 self._sync.changed(os.path.dirname(path))
-                return True
-            except FileExistsError:
-                return False
+                return
             except FileNotFoundError:
                 pass   # the directory is missing (or *like* is): write the data
         # no look first: the link below is the arbiter, and a name that exists is the rare case
         try:
             tmp = self._write_tmp(path, data)
-        except OSError:
+        except OSError as exc:
             if os.path.lexists(path):   # the answer needs no byte: a full disk or a read-only one still gives it
-                return False
+                raise FileExistsError(path) from exc
             raise
         try:
             os.link(tmp, path)
-            return True
-        except FileExistsError:
-            return False
         finally:
             os.unlink(tmp)
             self._sync.changed(os.path.dirname(path))

@@ -12,6 +12,7 @@ commits can report what they cost.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import threading
 from collections import Counter
@@ -24,6 +25,13 @@ from .generic import FsspecStore
 
 #: S3's minimum size of every part of a multipart upload but the last.
 MIN_PART_SIZE = 5 * 2**20
+
+
+def multipart_etag(parts: Sequence[Sequence[Any]]) -> str:
+    """The ETag S3 gives the object a multipart upload of *parts* (``(number, part ETag)``) completes into: the MD5
+    of the parts' MD5s, then ``-<parts>``. What tells, after the fact, that an object is this upload's."""
+    digests = b"".join(bytes.fromhex(str(etag).strip('"')) for _, etag in parts)
+    return f"{hashlib.md5(digests).hexdigest()}-{len(parts)}"   # noqa: S324 - S3's own digest, not a security one
 
 
 class BufferReader(io.RawIOBase):
@@ -71,11 +79,22 @@ class BufferReader(io.RawIOBase):
         super().close()
 
 
+def _rewind_part(params: dict[str, Any], **_: Any) -> None:
+    """Every call of UploadPart sends its part from the first byte. s3fs resends a failed call (a connection
+    reset, a lost answer) with the same arguments, and the first call read the part's :class:`BufferReader` to its
+    end: sent again as it stood, its length said N bytes and none followed, and the request hung until the read
+    timeout (60 s), then failed."""
+    body = params.get("Body")
+    if isinstance(body, BufferReader):
+        body.seek(0)
+
+
 class S3Store(FsspecStore):
     """An output root on S3 (any s3fs file system: from an Airflow connection or built directly)."""
 
     default_commit_threads = 16
     lists_by_prefix = True
+    resends_requests = True
 
     def __init__(self, fs: Any, root: str) -> None:
         super().__init__(fs, root)
@@ -97,6 +116,7 @@ class S3Store(FsspecStore):
         if getattr(self.fs, "_s3", None) is None:
             self.fs.connect()
         self.fs.s3.meta.events.register("before-call.s3", self._count)
+        self.fs.s3.meta.events.register("before-parameter-build.s3.UploadPart", _rewind_part)
         self._hooked = True
 
     def _count(self, model: Any = None, **_: Any) -> None:
@@ -186,16 +206,17 @@ class S3Store(FsspecStore):
         return [name for name, _ in self._list(rel, prefix)]
 
     # ---------------------------------------------------------------- writes
-    def create_exclusive(self, rel: str, data: bytes, *, like: str | None = None) -> bool:
+    def _create_new(self, rel: str, data: bytes, like: str | None) -> None:
+        """PutObject with ``If-None-Match: *``; a 412 is :class:`FileExistsError` (which the base class resolves:
+        s3fs and botocore resend a PutObject whose answer was lost, and the resent one meets its own object)."""
         self._hook()
         try:
             self.fs.pipe_file(self._p(rel), data, mode="create")
-            return True
         except FileExistsError:
-            return False
+            raise
         except OSError as exc:
             if "PreconditionFailed" in str(exc) or "pre-conditions" in str(exc) or "412" in str(exc):
-                return False
+                raise FileExistsError(self.url(rel)) from exc
             raise
 
     def write_bytes(self, rel: str, data: bytes) -> None:
@@ -289,9 +310,30 @@ class S3Store(FsspecStore):
             return self._client_call("upload_part", Bucket=self.bucket, Key=self.key(rel), UploadId=upload_id,
                                      PartNumber=number, Body=body)["ETag"]
 
-    def complete_upload(self, rel: str, upload_id: str, parts: Sequence[Sequence[Any]]) -> None:
-        self._client_call("complete_multipart_upload", Bucket=self.bucket, Key=self.key(rel), UploadId=upload_id,
-                          MultipartUpload={"Parts": [{"PartNumber": n, "ETag": e} for n, e in parts]})
+    def complete_upload(self, rel: str, upload_id: str, parts: Sequence[Sequence[Any]],
+                        size: int | None = None) -> None:
+        """CompleteMultipartUpload of *parts* (``(number, ETag)``), idempotently.
+
+        An error answer is resolved, not guessed: S3 answers ``NoSuchUpload`` to a completion resent after its first
+        answer was lost, and to a resumed job commit completing again, and the object is there then. So the key
+        is looked at (HEAD): an object with the ETag these parts make (:func:`multipart_etag`) and *size* is this
+        upload, completed; anything else is :class:`FileNotFoundError` naming the upload (it was aborted, or
+        expired by a lifecycle rule, and its object is not there)."""
+        try:
+            self._client_call("complete_multipart_upload", Bucket=self.bucket, Key=self.key(rel), UploadId=upload_id,
+                              MultipartUpload={"Parts": [{"PartNumber": n, "ETag": e} for n, e in parts]})
+        except OSError as exc:   # an answer of the server (s3fs translates those; a lost connection is no OSError)
+            if not self._holds_upload(rel, parts, size):
+                raise FileNotFoundError(f"multipart upload {upload_id} of {self.url(rel)} cannot be completed "
+                                        f"({exc}), and the key holds no object these parts make") from exc
+
+    def _holds_upload(self, rel: str, parts: Sequence[Sequence[Any]], size: int | None) -> bool:
+        try:
+            head = self._client_call("head_object", Bucket=self.bucket, Key=self.key(rel))
+        except FileNotFoundError:
+            return False
+        return (str(head.get("ETag", "")).strip('"') == multipart_etag(parts)
+                and (size is None or int(head.get("ContentLength", -1)) == size))
 
     def abort_upload(self, rel: str, upload_id: str) -> None:
         try:
