@@ -139,6 +139,8 @@ EXCLUSIVE_CREATES = {
     ("maintenance.claims", "_append"): "the generation and the time; the chain is read back",
     ("maintenance.compaction", "fix_plan"): "decides nothing: a refused plan is read back and used",
     ("maintenance.dedupjob", "_claim"): "a plan uuid, compared when read back",
+    ("schemas", "hold_job_schema"): "decides nothing: every writer of one schema writes the same bytes; a refused "
+                                    "create is read back and its schema compared",
 }
 
 
