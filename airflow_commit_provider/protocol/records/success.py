@@ -72,6 +72,13 @@ class SuccessManifest:
             doc["table"] = dict(self.table)
         return doc
 
+    def encode_long(self) -> dict[str, records.Encoded]:
+        """The lists that grow with the job (one entry per file, per task, per partition), encoded: once per
+        commit, for the commit log, the root's ``_SUCCESS`` and each partition's (at 10,000 one-file tasks,
+        encoding them is as much as a tenth of the renames, each time)."""
+        return {name: records.Encoded(records.encode(getattr(self, name))) for name in ("files", "partitions",
+                                                                                        "tasks")}
+
     def with_costs(self, durations: Mapping[str, float], **diagnostics: Any) -> SuccessManifest:
         """This manifest with the commit's durations and more diagnostics (a new object: this one is frozen)."""
         return replace(self, durations=dict(durations), diagnostics={**self.diagnostics, **diagnostics})
@@ -113,25 +120,25 @@ def withdraw_markers(store: Store, dirs: Iterable[str]) -> None:
 
 
 def write_markers(store: Store, manifest: SuccessManifest, *, partitions: Iterable[str] = (),
-                  files_json: bytes | None = None) -> int:
+                  encoded: Mapping[str, records.Encoded] | None = None) -> int:
     """Write the markers of a committed job, the root one last; returns how many files the root's retains.
 
     Each lists the job's files under its directory and, as ``retained``, the other visible files there now. Each
     directory of *partitions* gets its own marker first: the partitions a dynamic job wrote (downstream DAGs wait
-    for one day, not the whole table), and those whose marker a compaction withdrew and gives back. *files_json*:
-    the manifest's files already encoded (:func:`.records.encode`), as the commit log encoded them.
+    for one day, not the whole table), and those whose marker a compaction withdrew and gives back. *encoded*: the
+    manifest's long lists as the commit log encoded them (:meth:`SuccessManifest.encode_long`).
     """
+    encoded = encoded if encoded is not None else manifest.encode_long()
     file_list = manifest.files
     ours = {f["path"] for f in file_list}
     visible = dict(store.visible_files_except(ours))
-    body = {k: v for k, v in manifest.to_doc().items() if k != "files"}
+    body = {k: encoded.get(k, v) for k, v in manifest.to_doc().items() if k != "files"}
     parts = set(partitions) - {""}
     if parts:
         _write_partition_markers(store, body, file_list, visible, parts)
     retained = [{"path": p, "size": visible[p]} for p in sorted(visible)]
     body["diagnostics"] = {**body["diagnostics"], "retained_files": len(retained)}
-    store.write_bytes(SUCCESS, records.dumps("success", body,
-                                             files=records.encode(file_list) if files_json is None else files_json,
+    store.write_bytes(SUCCESS, records.dumps("success", body, files=encoded["files"],
                                              retained=records.encode(retained)))
     return len(retained)
 
@@ -140,21 +147,28 @@ def _write_partition_markers(store: Store, manifest: Mapping[str, Any], file_lis
                              visible: Mapping[str, int], partitions: set[str]) -> None:
     """The ``_SUCCESS`` of each of *partitions*, durable together before the root's (one fsync per partition
     directory, not two)."""
-    under: dict[str, list[dict[str, Any]]] = {part: [] for part in partitions}
-    for f in file_list:  # each file under each of *partitions* above it, in the list's order
-        head = partition_of(f["path"])
-        while head:
-            if head in under:
-                under[head].append(f)
-            head = partition_of(head)
+    under = _under(partitions, file_list, lambda f: f["path"])
+    kept = _under(partitions, [{"path": p, "size": visible[p]} for p in sorted(visible)], lambda f: f["path"])
     with store.batch():
         for part, files in sorted(under.items()):
-            kept = [{"path": p, "size": size} for p, size in sorted(visible.items()) if p.startswith(part + "/")]
-            doc = {**manifest, "partition": part, "files": files, "partitions": [part], "retained": kept,
+            doc = {**manifest, "partition": part, "files": files, "partitions": [part], "retained": kept[part],
                    "totals": {"files": len(files), "bytes": sum(f["size"] for f in files),
                               "rows": sum(f["rows"] or 0 for f in files), "tasks": len({f["task"] for f in files}),
                               "partitions": 1}}
             store.write_bytes(f"{part}/{SUCCESS}", records.dumps("success", doc))
+
+
+def _under(partitions: set[str], entries: list[dict[str, Any]], path: Any) -> dict[str, list[dict[str, Any]]]:
+    """Each of *entries* under each of *partitions* above it, in the entries' order (one walk up each path, not
+    one pass over the entries per partition)."""
+    under: dict[str, list[dict[str, Any]]] = {part: [] for part in partitions}
+    for entry in entries:
+        head = partition_of(path(entry))
+        while head:
+            if head in under:
+                under[head].append(entry)
+            head = partition_of(head)
+    return under
 
 
 #: How many times a verifying read lists the directory before it gives up on a marker that changes under it. A job
