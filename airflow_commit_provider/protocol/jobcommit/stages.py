@@ -46,24 +46,20 @@ class RecoverTasks(Stage[Sequence[int], dict[int, TaskCommitRecord]]):
         apps = scope.app_attempts(job)
         app = scope.current_app_attempt(job)
         # one listing says which tasks have a record in the current application attempt (records are never
-        # rewritten, only added): those are read straight; only the others look into earlier attempts
+        # rewritten, only added): those are read straight, all together; only the others look into earlier attempts
         present = set(scope.store.list_dir(scope.layout.commits_dir(app)))
         attempts = TaskAttempts(scope)
-        recs: dict[int, TaskCommitRecord] = {}
+        recs = scope.task_records(app, [t for t in tasks if f"{task_name(t)}.json" in present], job.job_uuid)
         missing: list[int] = []
 
         def recover(task: int) -> None:
-            rec = None
-            if f"{task_name(task)}.json" in present:
-                rec = scope.task_record(app, task, job.job_uuid)
-            if rec is None:
-                rec = attempts.recover(job, app, task, apps)
+            rec = attempts.recover(job, app, task, apps)
             if rec is None:
                 missing.append(task)
             else:
                 recs[task] = rec
 
-        parallel(recover, list(tasks), scope.commit_threads)
+        parallel(recover, [t for t in tasks if t not in recs], scope.commit_threads)
         if missing:
             missing.sort()
             shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
@@ -350,11 +346,9 @@ def check_tree(scope: Job, recs: Iterable[TaskCommitRecord]) -> None:
 
 def planned_records(scope: Job, plan: CommitPlan) -> list[TaskCommitRecord]:
     """The task records a plan fixed (records in an application attempt are never rewritten)."""
-    recs = []
+    found = scope.task_records(plan.app_attempt, plan.tasks, plan.job_uuid)
     for task in plan.tasks:
-        rec = scope.task_record(plan.app_attempt, task, plan.job_uuid)
-        if rec is None:
+        if task not in found:
             raise CorruptRecord(f"job {scope.job_id}: the commit plan names task {task}, whose record "
                                 f"{scope.store.url(scope.layout.task_record(plan.app_attempt, task))} is gone")
-        recs.append(rec)
-    return recs
+    return [found[task] for task in plan.tasks]
