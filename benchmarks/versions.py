@@ -51,8 +51,9 @@ def export(ref: str, into: Path, bench: str | None = None) -> Path:
 def run_once(tree: Path, only: str, out: Path, bench: str | None = None) -> list[dict]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     args = ["--json", str(out)] if bench else ["--quick", "--only", only, "--json", str(out)]
-    subprocess.run([sys.executable, "-m", f"benchmarks.{bench or 'run'}", *args],
-                   cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
+    print(f"== {tree}", flush=True)
+    subprocess.run([sys.executable, "-m", f"benchmarks.{bench or 'run'}", *args],   # a --bench prints its table
+                   cwd=tree, env=env, check=True, stdout=None if bench else subprocess.DEVNULL)
     doc = json.loads(out.read_text())
     return doc[bench]["rows"] if bench else doc["rows"]
 
