@@ -48,25 +48,21 @@ class RecoverTasks(Stage[Sequence[int], dict[int, TaskCommitRecord]]):
         apps = scope.app_attempts(job)
         app = scope.current_app_attempt(job)
         # one listing says which tasks have a record in the current application attempt (records are never
-        # rewritten, only added): those are read straight; only the others look into earlier attempts
+        # rewritten, only added): those are read straight, all together; only the others look into earlier attempts
         present = set(scope.store.list_dir(scope.layout.commits_dir(app)))
         attempts = TaskAttempts(scope)
         refused = scope.refused_tasks(job)   # read once for all the tasks
-        recs: dict[int, TaskCommitRecord] = {}
+        recs = scope.task_records(app, [t for t in tasks if f"{task_name(t)}.json" in present], job.job_uuid)
         missing: list[int] = []
 
         def recover(task: int) -> None:
-            rec = None
-            if f"{task_name(task)}.json" in present:
-                rec = scope.task_record(app, task, job.job_uuid)
-            if rec is None:
-                rec = attempts.recover(job, app, task, apps, refused)
+            rec = attempts.recover(job, app, task, apps, refused)
             if rec is None:
                 missing.append(task)
             else:
                 recs[task] = rec
 
-        parallel(recover, list(tasks), scope.commit_threads)
+        parallel(recover, [t for t in tasks if t not in recs], scope.commit_threads)
         if missing:
             missing.sort()
             shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
@@ -215,11 +211,11 @@ class DeleteOld(Stage[Plan, int]):
 
 @dataclass
 class Committed:
-    """The manifest of the committed job, and its file list as JSON (encoded once, for the commit log and for
-    ``_SUCCESS``: at 10,000 files the encoding costs as much as a tenth of the renames)."""
+    """The manifest of the committed job, and its long lists as JSON (:meth:`SuccessManifest.encode_long`: encoded
+    once, for the commit log and for every ``_SUCCESS``)."""
 
     manifest: SuccessManifest
-    files_json: bytes
+    encoded: dict[str, records.Encoded]
     #: the partitions whose withdrawn markers the plan says to write again (:attr:`CommitPlan.restore`)
     restore: tuple[str, ...] = ()
 
@@ -241,9 +237,9 @@ class SaveCommitLog(Stage[tuple[Plan, int], Committed]):
         previous = self.run.previous_log
         doc = manifest.to_doc()
         log = CommitLog(doc) if previous is None else previous.followed_by(doc)
-        files_json = records.encode(manifest.files)
-        scope.store.write_bytes(scope.layout.commit_log, log.to_json(files_json))
-        return Committed(manifest, files_json, plan.fixed.restore)
+        encoded = manifest.encode_long()
+        scope.store.write_bytes(scope.layout.commit_log, log.to_json(encoded))
+        return Committed(manifest, encoded, plan.fixed.restore)
 
     def counts(self, out: Committed) -> dict[str, int]:
         return {"files": out.manifest.totals["files"], "bytes": out.manifest.totals["bytes"]}
@@ -267,7 +263,7 @@ class WriteMarkers(Stage[Committed, dict[str, Any]]):
             partitions.update(restored)
             manifest = manifest.with_costs(manifest.durations, markers_restored=restored,
                                            **({"markers_left_withdrawn": left} if left else {}))
-        retained = write_markers(self.scope.store, manifest, partitions=partitions, files_json=committed.files_json)
+        retained = write_markers(self.scope.store, manifest, partitions=partitions, encoded=committed.encoded)
         return manifest.with_costs(manifest.durations, retained_files=retained).to_doc()
 
 
@@ -327,7 +323,6 @@ def build_manifest(scope: Job, job: JobRecord, plan: Plan, resumed: bool, rename
                         "before job commit; readers during the job could see partial output")
     partitions = sorted({partition_of(f["path"]) for f in files} - {""})
     history = plan.fixed.attempt_history
-    empty = {"failed_attempts": [], "denied_attempts": [], "unfinished_attempts": []}
     return SuccessManifest(
         committer=scope.publisher.committer_name, algorithm=scope.publisher.algorithm, mode=scope.mode.name,
         partition_by=list(scope.config.partition_by), job_id=scope.job_id, job_uuid=job.job_uuid,
@@ -338,16 +333,24 @@ def build_manifest(scope: Job, job: JobRecord, plan: Plan, resumed: bool, rename
                 "rows": sum(r for r in rows if r is not None) if None not in rows else None,
                 "tasks": len(recs), "partitions": len(partitions)},
         partitions=partitions,
-        tasks=[{"task": r.task, "attempt": r.attempt, "app_attempt": r.app_attempt,
-                "recovered_from_app": r.recovered_from_app, "committed_attempt": f"{r.committed_in_app}.{r.attempt}",
-                "files": len(r.files),
-                **{**empty, **history.get(str(r.task), {})}} for r in recs],
+        tasks=[task_entry(r, history.get(str(r.task)) if history else None) for r in recs],
         deleted={"files": len(plan.fixed.deletions)},
         replaced_generation=job.replaces.job_uuid if job.replaces else None,
         diagnostics={"resumed": resumed, "commit_threads": scope.commit_threads, "store": scope.store.protocol,
                      "visibility": scope.publisher.visibility, "warnings": warnings, "pid": os.getpid(),
                      "directories_renamed": renamed},
         names=None if job.names is None else dict(job.names), maintenance=job.maintenance)
+
+
+def task_entry(rec: TaskCommitRecord, history: dict[str, list[str]] | None) -> dict[str, Any]:
+    """A task's entry in the manifest: its committed attempt and, from the plan's *history*, the attempts that
+    failed, were denied or never finished (one dict per task: 10,000 tasks build 10,000 of them)."""
+    entry = {"task": rec.task, "attempt": rec.attempt, "app_attempt": rec.app_attempt,
+             "recovered_from_app": rec.recovered_from_app, "committed_attempt": f"{rec.committed_in_app}.{rec.attempt}",
+             "files": len(rec.files), "failed_attempts": [], "denied_attempts": [], "unfinished_attempts": []}
+    if history:
+        entry.update(history)
+    return entry
 
 
 def check_tree(scope: Job, recs: Iterable[TaskCommitRecord]) -> None:
@@ -359,11 +362,9 @@ def check_tree(scope: Job, recs: Iterable[TaskCommitRecord]) -> None:
 
 def planned_records(scope: Job, plan: CommitPlan) -> list[TaskCommitRecord]:
     """The task records a plan fixed (records in an application attempt are never rewritten)."""
-    recs = []
+    found = scope.task_records(plan.app_attempt, plan.tasks, plan.job_uuid)
     for task in plan.tasks:
-        rec = scope.task_record(plan.app_attempt, task, plan.job_uuid)
-        if rec is None:
+        if task not in found:
             raise CorruptRecord(f"job {scope.job_id}: the commit plan names task {task}, whose record "
                                 f"{scope.store.url(scope.layout.task_record(plan.app_attempt, task))} is gone")
-        recs.append(rec)
-    return recs
+    return [found[task] for task in plan.tasks]

@@ -71,13 +71,22 @@ def encode(value: Any) -> bytes:
     return json.dumps(value, sort_keys=False, separators=(",", ":"), default=str).encode()
 
 
+class Encoded(bytes):
+    """A value already encoded by :func:`encode`, which :func:`dumps` puts in as it is, wherever it stands in the
+    record: a long list that goes into several records (a manifest's files and tasks: the commit log, the root's
+    and every partition's ``_SUCCESS``) is encoded once per commit."""
+
+
 def dumps(kind: str, body: Mapping[str, Any], **encoded: bytes) -> bytes:
-    """Serialise a record of *kind*, stamping format and version. *encoded* values are already JSON (from
-    :func:`encode`): a long file list that goes into two records is encoded once."""
-    doc = encode({"format": f"{FORMAT}/{kind}", "version": VERSION, **body})
-    if not encoded:
-        return doc
-    return doc[:-1] + b"".join(b',"%s":%s' % (key.encode(), value) for key, value in encoded.items()) + b"}"
+    """Serialise a record of *kind*, stamping format and version. Values of *body* that are :class:`Encoded`, and
+    *encoded* (after *body*), are already JSON: the bytes are those of :func:`encode` over the plain values."""
+    doc = {"format": f"{FORMAT}/{kind}", "version": VERSION, **body}
+    if not encoded and not any(value.__class__ is Encoded for value in doc.values()):
+        return encode(doc)
+    parts = [encode(key) + b":" + (value if value.__class__ is Encoded else encode(value))
+             for key, value in doc.items()]
+    parts += [encode(key) + b":" + value for key, value in encoded.items()]
+    return b"{" + b",".join(parts) + b"}"
 
 
 def parse(kind: str, data: bytes, where: str) -> Any:

@@ -332,11 +332,13 @@ class CommitLog:
         return {"format": f"{records.FORMAT}/{self.KIND}", "version": records.VERSION, **body,
                 "history": list(self.history), "files": self.files}
 
-    def to_json(self, files_json: bytes | None = None) -> bytes:
-        """The record's bytes; *files_json*: the file list already encoded (``_SUCCESS`` holds the same list)."""
-        body = {k: v for k, v in self.manifest.items() if k != "files"}
+    def to_json(self, encoded: Mapping[str, records.Encoded] | None = None) -> bytes:
+        """The record's bytes; *encoded*: the manifest's long lists already encoded (``_SUCCESS`` holds the same
+        lists: :meth:`~.success.SuccessManifest.encode_long`)."""
+        encoded = encoded or {}
+        body = {k: encoded.get(k, v) for k, v in self.manifest.items() if k != "files"}
         return records.dumps(self.KIND, {**body, "history": list(self.history)},
-                             files=records.encode(self.files) if files_json is None else files_json)
+                             files=encoded["files"] if "files" in encoded else records.encode(self.files))
 
     @classmethod
     def from_json(cls, data: bytes, where: str) -> CommitLog:

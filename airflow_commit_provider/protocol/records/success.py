@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .. import records
@@ -63,12 +63,28 @@ class SuccessManifest:
     maintenance: str | None = None
 
     def to_doc(self) -> dict[str, Any]:
-        """The manifest as the JSON object it is on disk (without ``format``, ``version`` and ``retained``)."""
-        doc = asdict(self)
+        """The manifest as the JSON object it is on disk (without ``format``, ``version`` and ``retained``).
+
+        Its values are JSON already, so nothing is converted: the long lists (``files``, ``tasks``, one entry per
+        file and per task) are this manifest's own, shared, not copied (``dataclasses.asdict`` deep-copied every
+        entry, three times per commit: most of a 10,000-file commit's time); the small mappings are copies, which
+        the caller may change (``commit_job`` adds its last durations)."""
+        doc = {name: getattr(self, name) for name in _FIELDS}
+        for name in _MAPPINGS:
+            doc[name] = dict(doc[name])
         for optional in ("table", "names", "maintenance"):
             if doc[optional] is None:
                 del doc[optional]   # a _SUCCESS without them is what it was before they existed
+            elif isinstance(doc[optional], dict):
+                doc[optional] = dict(doc[optional])
         return doc
+
+    def encode_long(self) -> dict[str, records.Encoded]:
+        """The lists that grow with the job (one entry per file, per task, per partition), encoded: once per
+        commit, for the commit log, the root's ``_SUCCESS`` and each partition's (at 10,000 one-file tasks,
+        encoding them is as much as a tenth of the renames, each time)."""
+        return {name: records.Encoded(records.encode(getattr(self, name))) for name in ("files", "partitions",
+                                                                                        "tasks")}
 
     def with_costs(self, durations: Mapping[str, float], **diagnostics: Any) -> SuccessManifest:
         """This manifest with the commit's durations and more diagnostics (a new object: this one is frozen)."""
@@ -90,6 +106,11 @@ class SuccessManifest:
                       if f.name in checked or f.name in defaults})
 
 
+#: the manifest's fields in their order on disk, and those that are small mappings (copied by ``to_doc``)
+_FIELDS = tuple(f.name for f in fields(SuccessManifest))
+_MAPPINGS = ("labels", "totals", "deleted", "durations", "diagnostics")
+
+
 def marker_dirs_above(paths: Iterable[str]) -> set[str]:
     """Every directory whose subtree holds one of *paths*, the root (``""``) included: the directories whose
     ``_SUCCESS`` stops telling the truth when one of those files appears or goes."""
@@ -109,25 +130,25 @@ def withdraw_markers(store: Store, dirs: Iterable[str]) -> None:
 
 
 def write_markers(store: Store, manifest: SuccessManifest, *, partitions: Iterable[str] = (),
-                  files_json: bytes | None = None) -> int:
+                  encoded: Mapping[str, records.Encoded] | None = None) -> int:
     """Write the markers of a committed job, the root one last; returns how many files the root's retains.
 
     Each lists the job's files under its directory and, as ``retained``, the other visible files there now. Each
     directory of *partitions* gets its own marker first: the partitions a dynamic job wrote (downstream DAGs wait
-    for one day, not the whole table), and those whose marker a compaction withdrew and gives back. *files_json*:
-    the manifest's files already encoded (:func:`.records.encode`), as the commit log encoded them.
+    for one day, not the whole table), and those whose marker a compaction withdrew and gives back. *encoded*: the
+    manifest's long lists as the commit log encoded them (:meth:`SuccessManifest.encode_long`).
     """
+    encoded = encoded if encoded is not None else manifest.encode_long()
     file_list = manifest.files
     ours = {f["path"] for f in file_list}
     visible = dict(store.visible_files_except(ours))
-    body = {k: v for k, v in manifest.to_doc().items() if k != "files"}
+    body = {k: encoded.get(k, v) for k, v in manifest.to_doc().items() if k != "files"}
     parts = set(partitions) - {""}
     if parts:
         _write_partition_markers(store, body, file_list, visible, parts)
     retained = [{"path": p, "size": visible[p]} for p in sorted(visible)]
     body["diagnostics"] = {**body["diagnostics"], "retained_files": len(retained)}
-    store.write_bytes(SUCCESS, records.dumps("success", body,
-                                             files=records.encode(file_list) if files_json is None else files_json,
+    store.write_bytes(SUCCESS, records.dumps("success", body, files=encoded["files"],
                                              retained=records.encode(retained)))
     return len(retained)
 
@@ -148,19 +169,26 @@ def _write_partition_markers(store: Store, manifest: Mapping[str, Any], file_lis
                              visible: Mapping[str, int], partitions: set[str]) -> None:
     """The ``_SUCCESS`` of each of *partitions*, durable together before the root's (one fsync per partition
     directory, not two)."""
-    under: dict[str, list[dict[str, Any]]] = {part: [] for part in partitions}
-    for f in file_list:  # each file under each of *partitions* above it, in the list's order
-        head = partition_of(f["path"])
-        while head:
-            if head in under:
-                under[head].append(f)
-            head = partition_of(head)
+    under = _under(partitions, file_list, lambda f: f["path"])
+    kept = _under(partitions, [{"path": p, "size": visible[p]} for p in sorted(visible)], lambda f: f["path"])
     with store.batch():
         for part, files in sorted(under.items()):
-            kept = [{"path": p, "size": size} for p, size in sorted(visible.items()) if p.startswith(part + "/")]
-            doc = {**manifest, "partition": part, "files": files, "partitions": [part], "retained": kept,
+            doc = {**manifest, "partition": part, "files": files, "partitions": [part], "retained": kept[part],
                    "totals": partition_totals(files)}
             store.write_bytes(f"{part}/{SUCCESS}", records.dumps("success", doc))
+
+
+def _under(partitions: set[str], entries: list[dict[str, Any]], path: Any) -> dict[str, list[dict[str, Any]]]:
+    """Each of *entries* under each of *partitions* above it, in the entries' order (one walk up each path, not
+    one pass over the entries per partition)."""
+    under: dict[str, list[dict[str, Any]]] = {part: [] for part in partitions}
+    for entry in entries:
+        head = partition_of(path(entry))
+        while head:
+            if head in under:
+                under[head].append(entry)
+            head = partition_of(head)
+    return under
 
 
 #: How many times a verifying read lists the directory before it gives up on a marker that changes under it. A job

@@ -319,10 +319,12 @@ class LocalStore(Store):
         # one fsync per directory involved, after all the renames (each rename is atomic on its own); a move an
         # interrupted run did already still counts: its directories may not have been synced by that run
         touched: set[str] = set()
+        durable = self._sync.enabled   # without fsyncs, nothing needs the directories: no per-file work for them
 
         def move(item: tuple[str, str, int | None]) -> None:
             src_path, dst_path = self._p(item[0]), self._p(item[1])
-            touched.update((os.path.dirname(src_path), os.path.dirname(dst_path)))
+            if durable:   # both are "<root>/<rel>" (:meth:`_p`): the parent is what precedes the last "/"
+                touched.update((src_path.rpartition("/")[0], dst_path.rpartition("/")[0]))
             try:
                 self._with_parent(os.replace, src_path, dst_path)
             except FileNotFoundError:
