@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -121,7 +122,7 @@ def venv(tmp_path_factory) -> Path:
 @pytest.mark.timeout(3600)
 def test_dag_test_suite_and_plugin_tests_on_the_oldest_airflow(venv):
     t0 = time.monotonic()
-    proc = subprocess.run([venv / "bin" / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    proc = subprocess.run([venv / "bin" / "python", "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
                            # OpenLineage's events and the Delta/Iceberg stages are checked on the main Airflow
                            # (neither the openlineage provider nor deltalake/pyiceberg is in this venv's
                            # constraints); everything else of tests/airflow runs here
@@ -139,7 +140,10 @@ def test_dag_test_suite_and_plugin_tests_on_the_oldest_airflow(venv):
                           timeout=3600)
     print(proc.stdout[-3000:])
     assert proc.returncode == 0, f"tests/airflow on Airflow {AIRFLOW}:\n{proc.stdout[-8000:]}\n{proc.stderr[-3000:]}"
-    assert " passed" in proc.stdout and " skipped" not in proc.stdout.splitlines()[-1]
+    assert " passed" in proc.stdout
+    # the only skips allowed: the table libraries, which are not in this venv (their tests run on the main Airflow)
+    reasons = re.findall(r"^SKIPPED \[\d+\] [^:]+:\d+: (.*)$", proc.stdout, re.M)
+    assert all(re.fullmatch(r"could not import '(deltalake|pyiceberg)'.*", r) for r in reasons), reasons
     print(f"tests/airflow on Airflow {AIRFLOW}: {time.monotonic() - t0:.0f} s")
 
 

@@ -28,10 +28,12 @@ def old_encode(doc: dict[str, Any]) -> bytes:
 
 
 def old_doc(manifest: SuccessManifest) -> dict[str, Any]:
-    """``SuccessManifest.to_doc`` as it was: ``dataclasses.asdict``, ``table`` left out when ``None``."""
+    """``SuccessManifest.to_doc`` as it was: ``dataclasses.asdict``, the optional fields (``table``, ``names``,
+    ``maintenance``) left out when ``None``."""
     doc = dataclasses.asdict(manifest)
-    if doc["table"] is None:
-        del doc["table"]
+    for optional in ("table", "names", "maintenance"):
+        if doc[optional] is None:
+            del doc[optional]
     return doc
 
 

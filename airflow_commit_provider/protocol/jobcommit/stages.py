@@ -146,8 +146,9 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
         winners = {(r.committed_in_app, r.task): r.attempt for r in recs.values()}
         history = {str(t): h for t, h in JobStatus(scope).attempt_history(job, winners).items()
                    if h["failed_attempts"] or h["denied_attempts"] or h["unfinished_attempts"]}
-        plan = CommitPlan(scope.job_id, job.job_uuid, scope.current_app_attempt(job), self.run.started, tuple(sorted(recs)),
-                          tuple(sorted(deletions)), tuple(sorted(withdraw)), history, tuple(sorted(restore)))
+        plan = CommitPlan(scope.job_id, job.job_uuid, scope.current_app_attempt(job), self.run.started,
+                          tuple(sorted(recs)), tuple(sorted(deletions)), tuple(sorted(withdraw)), history,
+                          tuple(sorted(restore)))
         if scope.target_claim:
             scope.target_claim.take(job)   # the decision between jobs that checked the empty target at once
         if not scope.store.create_exclusive(scope.layout.plan(job.job_uuid), plan.to_json()):
