@@ -430,3 +430,23 @@ def test_mode_error_lets_a_clear_after_success_replace_the_jobs_own_rows(base):
     assert rows(base) == expected(gen=1)
     with pytest.raises(InvalidOutputSpec, match="cannot write there in mode 'error'"):   # another job still is
         committer_for({**cfg, "job_id": "events-2"}).setup_job()
+
+
+def test_a_table_on_memory_is_refused_before_anything_is_made_and_a_local_one_commits(base):
+    """delta-rs's ``memory://`` is not fsspec's (the table's log and the job's records would live in two
+    memories), and either lives in one process: refused up front, as a location or as an Iceberg catalog's
+    warehouse, with nothing made in memory nor a catalog created; the advice (a local path) commits."""
+    import fsspec
+
+    memory = fsspec.filesystem("memory")
+    refused = [{**base, "location": "memory://refused/events"}]
+    if base["format"] == "iceberg":
+        refused.append({**base, "catalog": {"type": "sql", "uri": f"sqlite:///{base['location']}-cat.db",
+                                            "warehouse": "memory://refused/wh"}})
+    for cfg in refused:
+        with pytest.raises(InvalidOutputSpec, match=r"memory:// lives inside one process.*local path.*s3://"):
+            committer_for(cfg)
+    assert not memory.exists("/refused")
+    assert not os.path.exists(f"{base['location']}-cat.db")
+    run_job(base)
+    assert rows(base) == expected()
