@@ -285,6 +285,15 @@ def referenced_anywhere(cfg: dict) -> set[str]:
             for t in table.scan(snapshot_id=s.snapshot_id).plan_files()}
 
 
+def referenced_now(cfg: dict) -> set[str]:
+    """The data files the table's current version references, relative to its data root, as its own reader lists
+    them (local or S3)."""
+    if cfg["format"] == "delta":
+        return {a["path"] for a in pa.table(delta_table(cfg).get_add_actions(flatten=False)).to_pylist()}
+    table = iceberg_table(cfg)
+    return {t.file.file_path.removeprefix(f"{table.location()}/data/") for t in table.scan().plan_files()}
+
+
 def parquet_files(root_dir: str) -> set[str]:
     return {os.path.join(d, f) for d, _dirs, names in os.walk(root_dir) for f in names if f.endswith(".parquet")}
 

@@ -179,6 +179,13 @@ class TableTarget(ABC):
         :attr:`data_root`)."""
 
     @abstractmethod
+    def files_at(self, version: int | None) -> dict[str, int]:
+        """The data files the table's *version* (Delta version, Iceberg snapshot id; ``None``: the current one)
+        references, relative to :attr:`data_root`, with their sizes: what a reader of that version reads. The
+        data root holds more (files older versions still list), so the job's markers list these, not the
+        directory's listing. Empty while the table does not exist."""
+
+    @abstractmethod
     def committed(self, tag: JobTag) -> TableCommit | None:
         """The transaction of this job generation if the table holds it; :class:`GenerationSuperseded` when it
         holds a later generation of the job; ``None`` when neither."""

@@ -72,6 +72,16 @@ class DeltaTarget(TableTarget):
     def exists(self) -> bool:
         return self._load() is not None
 
+    def files_at(self, version: int | None) -> dict[str, int]:
+        if version is None:
+            dt = self._load()
+        else:
+            try:
+                dt = DeltaTable(self.uri, version=version, storage_options=self.storage_options)
+            except TableNotFoundError:
+                dt = None
+        return {} if dt is None else {path: size for path, (size, _) in _files(dt).items()}
+
     def check_schema(self, schema: pa.Schema) -> None:
         dt = self._load()
         if dt is not None:

@@ -153,6 +153,14 @@ class IcebergTarget(TableTarget):
     def exists(self) -> bool:
         return self._load() is not None
 
+    def files_at(self, version: int | None) -> dict[str, int]:
+        table = self._load()
+        if table is None or (version is None and table.current_snapshot() is None):
+            return {}
+        prefix = self.data_uri + "/"
+        scan = table.scan() if version is None else table.scan(snapshot_id=version)
+        return {t.file.file_path.removeprefix(prefix): t.file.file_size_in_bytes for t in scan.plan_files()}
+
     def check_schema(self, schema: pa.Schema) -> None:
         table = self._load()
         if table is not None:
