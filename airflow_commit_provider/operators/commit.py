@@ -338,6 +338,8 @@ class CommitBaseOperator(BaseOperator):
                                                                                 f"{self.task_id!r}")
 
     def committer(self, context: Mapping[str, Any]) -> FileOutputCommitter:
+        # the rendered target: a template may render to one the parsed DAG could not be refused for
+        check_commit_args({"target": self.target}, f"{type(self).__name__}(task_id={self.task_id!r})")
         labels = {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "job_name": self._job_name()}
         if self.job_key is not None:
             labels["job_key"] = self._job_key(context)

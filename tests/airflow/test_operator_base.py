@@ -149,6 +149,22 @@ def test_a_memory_target_is_refused_where_the_dag_is_parsed_and_a_local_one_buil
     assert dag.task_ids
 
 
+def test_a_target_template_rendered_to_memory_is_refused_before_the_committer_is_made(tmp_path):
+    """A template renders where the task runs: the rendered target is checked there, before anything is made."""
+    with _dag("opbase_memory_template") as dag:
+        setup = CommitSetupOperator(task_id="setup", target="{{ params.root }}")
+    for root, refused in (("memory://events", True), (str(tmp_path / "events"), False)):
+        context = {"dag": dag, "run_id": "r1", "params": {"root": root}}
+        setup.target = "{{ params.root }}"
+        setup.render_template_fields(context)
+        if refused:
+            with pytest.raises(InvalidOutputSpec, match=r"CommitSetupOperator\(task_id='setup'\): "
+                                                        r"target='memory://events': a memory:// file system"):
+                setup.committer(context)
+        else:
+            assert setup.committer(context).store.url().endswith("events")
+
+
 @pytest.mark.parametrize("name,value,why", BAD_SHARED, ids=[f"{n}={v!r}" for n, v, _ in BAD_SHARED])
 def test_partial_of_a_mapped_write_checks_the_shared_parameters(name, value, why):
     """Airflow runs a mapped operator's constructor only when a mapped task runs: ``.partial`` checks instead."""
