@@ -117,3 +117,28 @@ def test_a_job_commit_resumed_after_its_transaction_landed_satisfies_once(table,
     assert w.pending() == [], "one event for one transaction"
     assert run({**table, "tasks": 3, "phase": "commit"}).returncode == 0
     assert w.pending() == [] and transactions(table) == 1
+
+
+@pytest.mark.parametrize("replaced", [False, True], ids=["appended-after", "overwritten-after"])
+def test_a_sensor_for_a_job_whose_table_rows_a_later_transaction_removed_fails_with_the_way_out(table, replaced):
+    """Job 1's files stay under the data root after job 2's overwrite (the table's first version lists them),
+    but no reader of the table reads them now: with verify_files a sensor waiting for job 1 fails with
+    CommitFilesGone, as for a directory whose files an overwrite deleted; after an append job 1's files are still
+    read, and it gets job 1's manifest. The advice works: without job_id the current commit, without
+    verify_files job 1's manifest as it committed."""
+    from airflow_commit_provider.protocol import CommitFilesGone
+
+    run_job(table)
+    run_job({**table, "job_id": "events-2", "gen": 1, **({"mode": "overwrite"} if replaced else {})})
+    root = data_root(table)
+    if not replaced:
+        for manifest in (poke(root, job_id="events-1", verify_files=True),
+                         deferred_result(root, job_id="events-1", verify_files=True)):
+            assert manifest["job_id"] == "events-1" and len(manifest["files"]) == 4
+        return
+    with pytest.raises(CommitFilesGone, match="without job_id, or without verify_files"):
+        poke(root, job_id="events-1", verify_files=True)
+    with pytest.raises(CommitFilesGone):
+        deferred_result(root, job_id="events-1", verify_files=True)
+    assert poke(root, verify_files=True)["job_id"] == "events-2"
+    assert poke(root, job_id="events-1")["job_id"] == "events-1"
