@@ -14,9 +14,9 @@ section 10), and the marker only says whose files the directory holds now:
   removed some of them (an overwrite, a compaction) is final: :class:`CommitFilesGone`, naming the way out, not a
   wait that never ends. A table's commit is judged by what the current marker lists (the files the table's
   current version references): an overwrite leaves the replaced files under the data root for older versions,
-  but no reader of the table reads them. A re-run of the same job that is replacing its own files is waited for; once the re-run
-  committed without writing under the target, the earlier commit is answered with the summary its log keeps (no
-  files, ``replaced_by`` naming the re-run), and with *verify_files* as files gone.
+  but no reader of the table reads them. A re-run of the same job that is replacing its own files is waited
+  for; once the re-run committed without writing under the target, the earlier commit is answered with the
+  summary its log keeps (no files, ``replaced_by`` naming the re-run), and with *verify_files* as files gone.
 - **without a job id**: the target's marker, as before, except that a maintenance commit's marker (a compaction:
   it changed no row) counts only once a commit of data finished under the target; a compaction alone is no
   commit to wait for. After one, the compaction's marker is returned: it lists the files to read now.
