@@ -287,9 +287,10 @@ def referenced_anywhere(cfg: dict) -> set[str]:
 
 def referenced_now(cfg: dict) -> set[str]:
     """The data files the table's current version references, relative to its data root, as its own reader lists
-    them (local or S3)."""
+    them (local or S3; Delta's log keeps paths URI-encoded once more than the files' names)."""
+    from urllib.parse import unquote
     if cfg["format"] == "delta":
-        return {a["path"] for a in pa.table(delta_table(cfg).get_add_actions(flatten=False)).to_pylist()}
+        return {unquote(a["path"]) for a in pa.table(delta_table(cfg).get_add_actions(flatten=False)).to_pylist()}
     table = iceberg_table(cfg)
     return {t.file.file_path.removeprefix(f"{table.location()}/data/") for t in table.scan().plan_files()}
 
@@ -459,3 +460,26 @@ def test_a_table_on_memory_is_refused_before_anything_is_made_and_a_local_one_co
     assert not os.path.exists(f"{base['location']}-cat.db")
     run_job(base)
     assert rows(base) == expected()
+
+
+def test_the_markers_of_a_dynamic_table_commit_list_what_its_version_reads(base):
+    """A dynamic commit replacing one partition (a value whose directory name is escaped) leaves the replaced
+    files under the data root; the root's marker and the partition's list what the table's version references
+    there (the partition's: only the job's new file), and verify_files accepts them."""
+    def write(job_id: str, gen: int, days: list) -> None:
+        c = committer_for({**base, "job_id": job_id, "mode": "dynamic"})
+        c.setup_job()
+        data = pa.table({"id": pa.array(range(len(days)), pa.int64()), "day": pa.array(days, pa.string()),
+                         "gen": pa.array([gen] * len(days), pa.int64())})
+        run_task_attempt(c, 0, 1, lambda w: w.write(data))
+        c.commit_job(1)
+
+    write("first", 0, ["x/y", "plain"])
+    write("second", 1, ["x/y"])
+    data_root = root(base)
+    marker = read_success_marker(data_root, verify_files=True)
+    assert {f["path"] for f in marker["files"] + marker["retained"]} == referenced_now(base)
+    (part,) = marker["partitions"]
+    inside = read_success_marker(f"{data_root}/{part}", verify_files=True)
+    assert [f["path"] for f in inside["files"]] == [f["path"] for f in marker["files"]] and not inside["retained"]
+    assert len(parquet_files(os.path.join(data_root.removeprefix("file://"), part))) == 2, "the replaced file stays"
