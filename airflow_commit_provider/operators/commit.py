@@ -339,7 +339,8 @@ class CommitBaseOperator(BaseOperator):
 
     def committer(self, context: Mapping[str, Any]) -> FileOutputCommitter:
         # the rendered target: a template may render to one the parsed DAG could not be refused for
-        check_commit_args({"target": self.target}, f"{type(self).__name__}(task_id={self.task_id!r})")
+        check_commit_args({"target": self.target, "table_format": self.table_format, "catalog": self.catalog,
+                           "catalog_conn_id": self.catalog_conn_id}, f"{type(self).__name__}(task_id={self.task_id!r})")
         labels = {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "job_name": self._job_name()}
         if self.job_key is not None:
             labels["job_key"] = self._job_key(context)
