@@ -142,3 +142,25 @@ def test_a_sensor_for_a_job_whose_table_rows_a_later_transaction_removed_fails_w
         deferred_result(root, job_id="events-1", verify_files=True)
     assert poke(root, verify_files=True)["job_id"] == "events-2"
     assert poke(root, job_id="events-1")["job_id"] == "events-1"
+
+
+def test_a_commit_resumed_after_its_snapshot_expired_lists_what_the_table_reads_now(tmp_path):
+    """Killed after its Iceberg transaction; another job appends, and the table's maintenance expires the first
+    snapshot (its job tag with it) before the resume: the resumed commit recognises its files in the current
+    snapshot and adds nothing (adding them again read every row twice); its marker lists what the current
+    snapshot references, the other job's files as retained, and verify_files accepts it."""
+    pytest.importorskip("pyiceberg")
+    cfg = {"format": "iceberg", "location": str(tmp_path / "warehouse"), "table_name": "ns.events",
+           "job_id": "events-1", "mode": "append", "partition_by": ["day"], "tasks": 2, "rows": 4, "gen": 0}
+    killed = run(cfg, "table_commit.after=exit")
+    assert killed.returncode == FAULT_EXIT_CODE, killed.stderr
+    run_job({**cfg, "job_id": "events-2", "gen": 1})
+    ours = iceberg_table(cfg).metadata.snapshots[0].snapshot_id
+    iceberg_table(cfg).maintenance.expire_snapshots().by_id(ours).commit()
+    again = run({**cfg, "phase": "commit"})
+    assert again.returncode == 0, again.stderr
+    assert rows(cfg) == sorted(expected(tasks=2) + expected(tasks=2, gen=1)), "rows twice, or lost"
+    marker = read_success_marker(data_root(cfg), verify_files=True)
+    assert marker["job_id"] == "events-1" and marker["table"]["already_committed"] is True
+    assert table_id(marker["table"]) == iceberg_table(cfg).current_snapshot().snapshot_id
+    assert listed(marker) == referenced_now(cfg) and len(marker["retained"]) == 4

@@ -183,7 +183,8 @@ class TableTarget(ABC):
         """The data files the table's *version* (Delta version, Iceberg snapshot id; ``None``: the current one)
         references, relative to :attr:`data_root`, with their sizes: what a reader of that version reads. The
         data root holds more (files older versions still list), so the job's markers list these, not the
-        directory's listing. Empty while the table does not exist."""
+        directory's listing. Empty while the table does not exist; the current version's when *version* is no
+        longer in the table (expired, its log cleaned up: a commit resumed long after its transaction)."""
 
     @abstractmethod
     def committed(self, tag: JobTag) -> TableCommit | None:

@@ -31,7 +31,7 @@ from .common import DataFile, GenerationSuperseded, JobTag, SchemaMismatch, Tabl
 
 try:
     from deltalake import CommitProperties, DeltaTable, Schema as DeltaSchema, Transaction
-    from deltalake.exceptions import CommitFailedError, TableNotFoundError
+    from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
     from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 except ImportError as exc:  # pragma: no cover - the extra is not installed
     raise ImportError("table_format='delta' needs the deltalake package: pip install "
@@ -80,6 +80,8 @@ class DeltaTarget(TableTarget):
                 dt = DeltaTable(self.uri, version=version, storage_options=self.storage_options)
             except TableNotFoundError:
                 dt = None
+            except DeltaError:   # the version's log entries were cleaned up since: what is read now
+                return self.files_at(None)
         return {} if dt is None else {path: size for path, (size, _) in _files(dt).items()}
 
     def check_schema(self, schema: pa.Schema) -> None:

@@ -155,6 +155,8 @@ class IcebergTarget(TableTarget):
 
     def files_at(self, version: int | None) -> dict[str, int]:
         table = self._load()
+        if table is not None and version is not None and table.snapshot_by_id(version) is None:
+            version = None   # the snapshot expired since (pyiceberg would scan it as empty): what is read now
         if table is None or (version is None and table.current_snapshot() is None):
             return {}
         prefix = self.data_uri + "/"
@@ -201,6 +203,16 @@ class IcebergTarget(TableTarget):
             return TableCommit(self.format, self.identifier, snapshot_id, 0, 0, already=True)
         return None
 
+    def _landed_unseen(self, table: Table, files: Sequence[DataFile]) -> TableCommit | None:
+        """The generation's transaction when its snapshot is gone from the history (the table's maintenance expired
+        it) but the current snapshot still references the job's files: their names are the generation's own, so
+        only its transaction can have added them, and adding them again would read every row twice."""
+        ours = {f"{self.data_uri}/{f.path}" for f in files}
+        current = table.current_snapshot()
+        if not ours or current is None or not ours & {df.file_path for df in _files(table)}:
+            return None
+        return TableCommit(self.format, self.identifier, current.snapshot_id, 0, 0, already=True)
+
     def _create(self, schema: pa.Schema, partition_by: Sequence[str]) -> None:
         iceberg = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(schema))
         spec = PartitionSpec(*[PartitionField(source_id=iceberg.find_field(col).field_id, field_id=1000 + i,
@@ -219,7 +231,7 @@ class IcebergTarget(TableTarget):
                 except TableAlreadyExistsError:
                     pass
                 continue
-            if (done := self._committed(table, tag)) is not None:
+            if (done := self._committed(table, tag) or self._landed_unseen(table, files)) is not None:
                 return done
             if schema is not None:
                 _check_schema(table, schema, self.identifier)
