@@ -7,7 +7,10 @@ therefore lists, besides the job's files, as ``retained`` the other files *the t
 references, not every file under the data root; and *verify_files* checks what that means for a table: every file
 the marker lists is there with its size (files no version of the marker references do not make it wrong). A job
 commit resumed after its transaction landed (``already_committed``) satisfies the sensor once, with one
-transaction in the table, and fires the asset watcher once.
+transaction in the table, and fires the asset watcher once; also when the table's maintenance made the history
+forget that transaction before the resume (it added every row a second time then). A sensor waiting for a job
+whose rows a later overwrite removed from the table fails with ``CommitFilesGone`` under *verify_files*, as for
+a directory.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from airflow_commit_provider.protocol.faults import FAULT_EXIT_CODE
 from airflow_commit_provider.triggers.committed_output import CommittedOutputTrigger
 
 from ..protocol.tables_worker import committer_for, run_job
-from ..protocol.test_tables import (expected, iceberg_table, parquet_files, referenced_now, rows, run, table_id,
-                                    transactions)
+from ..protocol.test_tables import (delta_table, expected, iceberg_table, parquet_files, referenced_now, rows, run,
+                                    table_id, transactions)
 from .test_committed_output_trigger import watch  # noqa: F401 (the fixture)
 from .test_sensor_history import deferred_result, poke
 
@@ -144,23 +147,35 @@ def test_a_sensor_for_a_job_whose_table_rows_a_later_transaction_removed_fails_w
     assert poke(root, job_id="events-1")["job_id"] == "events-1"
 
 
-def test_a_commit_resumed_after_its_snapshot_expired_lists_what_the_table_reads_now(tmp_path):
-    """Killed after its Iceberg transaction; another job appends, and the table's maintenance expires the first
-    snapshot (its job tag with it) before the resume: the resumed commit recognises its files in the current
-    snapshot and adds nothing (adding them again read every row twice); its marker lists what the current
-    snapshot references, the other job's files as retained, and verify_files accepts it."""
-    pytest.importorskip("pyiceberg")
-    cfg = {"format": "iceberg", "location": str(tmp_path / "warehouse"), "table_name": "ns.events",
-           "job_id": "events-1", "mode": "append", "partition_by": ["day"], "tasks": 2, "rows": 4, "gen": 0}
-    killed = run(cfg, "table_commit.after=exit")
+def expire_the_first_version(cfg: dict) -> None:
+    """The table's own maintenance forgets its first version: Iceberg expires the snapshot; Delta checkpoints
+    and cleans up the log entries before it (retention set to nothing)."""
+    if cfg["format"] == "iceberg":
+        first = iceberg_table(cfg).metadata.snapshots[0].snapshot_id
+        iceberg_table(cfg).maintenance.expire_snapshots().by_id(first).commit()
+        return
+    import deltalake
+    delta_table(cfg).alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds"})
+    table = delta_table(cfg)
+    table.create_checkpoint()
+    table.cleanup_metadata()
+    with pytest.raises(deltalake.exceptions.TableNotFoundError):
+        deltalake.DeltaTable(cfg["location"], version=0)
+
+
+def test_a_commit_resumed_after_its_version_expired_adds_nothing_and_lists_what_the_table_reads_now(table):
+    """Killed after its transaction; another job appends, and the table's maintenance forgets the first version
+    (Iceberg: the snapshot, and the job tag in its summary, with it) before the resume: the resumed commit
+    recognises its transaction (Delta: the application transaction survives the checkpoint; Iceberg: the current
+    snapshot references the generation's own files) and adds nothing, which added every row twice before; its
+    marker lists what the current version references, the other job's files as retained."""
+    killed = run(table, "table_commit.after=exit")
     assert killed.returncode == FAULT_EXIT_CODE, killed.stderr
-    run_job({**cfg, "job_id": "events-2", "gen": 1})
-    ours = iceberg_table(cfg).metadata.snapshots[0].snapshot_id
-    iceberg_table(cfg).maintenance.expire_snapshots().by_id(ours).commit()
-    again = run({**cfg, "phase": "commit"})
+    run_job({**table, "job_id": "events-2", "gen": 1})
+    expire_the_first_version(table)
+    again = run({**table, "phase": "commit"})
     assert again.returncode == 0, again.stderr
-    assert rows(cfg) == sorted(expected(tasks=2) + expected(tasks=2, gen=1)), "rows twice, or lost"
-    marker = read_success_marker(data_root(cfg), verify_files=True)
+    assert rows(table) == sorted(expected(tasks=2) + expected(tasks=2, gen=1)), "rows twice, or lost"
+    marker = read_success_marker(data_root(table), verify_files=True)
     assert marker["job_id"] == "events-1" and marker["table"]["already_committed"] is True
-    assert table_id(marker["table"]) == iceberg_table(cfg).current_snapshot().snapshot_id
-    assert listed(marker) == referenced_now(cfg) and len(marker["retained"]) == 4
+    assert listed(marker) == referenced_now(table) and len(marker["retained"]) == 4

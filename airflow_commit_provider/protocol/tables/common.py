@@ -187,9 +187,12 @@ class TableTarget(ABC):
         longer in the table (expired, its log cleaned up: a commit resumed long after its transaction)."""
 
     @abstractmethod
-    def committed(self, tag: JobTag) -> TableCommit | None:
+    def committed(self, tag: JobTag, files: Sequence[DataFile] = ()) -> TableCommit | None:
         """The transaction of this job generation if the table holds it; :class:`GenerationSuperseded` when it
-        holds a later generation of the job; ``None`` when neither."""
+        holds a later generation of the job; ``None`` when neither. Once the table's maintenance made its history
+        forget the transaction (an expired snapshot, a cleaned-up log), the generation's *files* still in the
+        current version prove it: their names are the generation's own, so only its transaction added them
+        (looked up only when *files* are given: a commit that may have landed, a resumed one)."""
 
     @abstractmethod
     def commit(self, tag: JobTag, files: Sequence[DataFile], schema: pa.Schema | None, mode: str,

@@ -182,11 +182,11 @@ class IcebergTarget(TableTarget):
                                     f"{table.current_snapshot().snapshot_id}) and mode is 'error'; use "
                                     "mode='append', 'overwrite' or 'dynamic' to write there")
 
-    def committed(self, tag: JobTag) -> TableCommit | None:
+    def committed(self, tag: JobTag, files: Sequence[DataFile] = ()) -> TableCommit | None:
         table = self._load()
-        return None if table is None else self._committed(table, tag)
+        return None if table is None else self._committed(table, tag, files)
 
-    def _committed(self, table: Table, tag: JobTag) -> TableCommit | None:
+    def _committed(self, table: Table, tag: JobTag, files: Sequence[DataFile]) -> TableCommit | None:
         for found, snapshot_id in tags(table.metadata):
             if found.job_id != tag.job_id or found.generation < tag.generation:
                 continue
@@ -201,12 +201,7 @@ class IcebergTarget(TableTarget):
                     f"of job {tag.job_id} with job uuid {found.job_uuid}, not {tag.job_uuid}: another job with the "
                     "same id (whose commit log was removed) committed there; use another job id")
             return TableCommit(self.format, self.identifier, snapshot_id, 0, 0, already=True)
-        return None
-
-    def _landed_unseen(self, table: Table, files: Sequence[DataFile]) -> TableCommit | None:
-        """The generation's transaction when its snapshot is gone from the history (the table's maintenance expired
-        it) but the current snapshot still references the job's files: their names are the generation's own, so
-        only its transaction can have added them, and adding them again would read every row twice."""
+        # its snapshot expired (the job tag with it): adding the files again would read every row twice
         ours = {f"{self.data_uri}/{f.path}" for f in files}
         current = table.current_snapshot()
         if not ours or current is None or not ours & {df.file_path for df in _files(table)}:
@@ -231,7 +226,7 @@ class IcebergTarget(TableTarget):
                 except TableAlreadyExistsError:
                     pass
                 continue
-            if (done := self._committed(table, tag) or self._landed_unseen(table, files)) is not None:
+            if (done := self._committed(table, tag, ())) is not None:
                 return done
             if schema is not None:
                 _check_schema(table, schema, self.identifier)
