@@ -326,21 +326,23 @@ def test_files_no_snapshot_lists_are_removed_files_a_snapshot_lists_never(base, 
         assert parquet_files(os.path.join(data, "_temporary")) == set()
 
 
+def one_task_commit(cfg: dict, job_id: str, gen: int, days: list, day_type: pa.DataType,
+                    mode: str = "dynamic") -> None:
+    """A job of one task writing one row per value of *days* (column ``day`` of *day_type*), committed."""
+    c = committer_for({**cfg, "job_id": job_id, "mode": mode})
+    c.setup_job()
+    data = pa.table({"id": pa.array(range(len(days)), pa.int64()), "day": pa.array(days, day_type),
+                     "gen": pa.array([gen] * len(days), pa.int64())})
+    run_task_attempt(c, 0, 1, lambda w: w.write(data))
+    c.commit_job(1)
+
+
 def test_dynamic_replaces_date_partitions_as_the_format_stores_them(base):
     """Partition values of another type than the directory's text (a date: Iceberg keeps days since 1970)."""
     import datetime as dt
     days = [dt.date(2024, 1, 1), dt.date(2024, 1, 2)]
-
-    def write(job_id: str, gen: int, only: list) -> None:
-        c = committer_for({**base, "job_id": job_id, "mode": "dynamic"})
-        c.setup_job()
-        table = pa.table({"id": pa.array(range(len(only)), pa.int64()), "day": pa.array(only, pa.date32()),
-                          "gen": pa.array([gen] * len(only), pa.int64())})
-        run_task_attempt(c, 0, 1, lambda w: w.write(table))
-        c.commit_job(1)
-
-    write("first", 0, days)
-    write("second", 1, days[1:])                    # replaces 2024-01-02 only
+    one_task_commit(base, "first", 0, days, pa.date32())
+    one_task_commit(base, "second", 1, days[1:], pa.date32())       # replaces 2024-01-02 only
     if base["format"] == "delta":
         import deltalake
         t = pa.table(deltalake.DeltaTable(base["location"]).to_pyarrow_table())
@@ -409,12 +411,7 @@ def test_partition_values_that_need_escaping_are_replaced_by_dynamic_and_by_a_cl
     values = ["x/y", "a%b", "s p"]
 
     def write(job_id: str, gen: int, only: list, mode: str = "dynamic") -> None:
-        c = committer_for({**base, "job_id": job_id, "mode": mode})
-        c.setup_job()
-        table = pa.table({"id": pa.array(range(len(only)), pa.int64()), "day": pa.array(only, pa.string()),
-                          "gen": pa.array([gen] * len(only), pa.int64())})
-        run_task_attempt(c, 0, 1, lambda w: w.write(table))
-        c.commit_job(1)
+        one_task_commit(base, job_id, gen, only, pa.string(), mode)
 
     def days_and_gens() -> list:
         if base["format"] == "delta":
@@ -466,16 +463,8 @@ def test_the_markers_of_a_dynamic_table_commit_list_what_its_version_reads(base)
     """A dynamic commit replacing one partition (a value whose directory name is escaped) leaves the replaced
     files under the data root; the root's marker and the partition's list what the table's version references
     there (the partition's: only the job's new file), and verify_files accepts them."""
-    def write(job_id: str, gen: int, days: list) -> None:
-        c = committer_for({**base, "job_id": job_id, "mode": "dynamic"})
-        c.setup_job()
-        data = pa.table({"id": pa.array(range(len(days)), pa.int64()), "day": pa.array(days, pa.string()),
-                         "gen": pa.array([gen] * len(days), pa.int64())})
-        run_task_attempt(c, 0, 1, lambda w: w.write(data))
-        c.commit_job(1)
-
-    write("first", 0, ["x/y", "plain"])
-    write("second", 1, ["x/y"])
+    one_task_commit(base, "first", 0, ["x/y", "plain"], pa.string())
+    one_task_commit(base, "second", 1, ["x/y"], pa.string())
     data_root = root(base)
     marker = read_success_marker(data_root, verify_files=True)
     assert {f["path"] for f in marker["files"] + marker["retained"]} == referenced_now(base)
