@@ -30,6 +30,7 @@ from ..protocol import (CommitConfig, CommitDenied, FileOutputCommitter, Invalid
                         OverlappingRun, run_task_attempt)
 from ..protocol.config import check_threads, normalize_algorithm, partition_columns
 from ..protocol.modes import check_mode
+from ..protocol.stores import process_local
 from ..protocol.tables import FORMATS as TABLE_FORMATS, TableTarget, table_target
 from .failures import DETERMINISTIC_ERRORS, fail_fast_on_deterministic_errors
 from .identity import job_names, make_job_id
@@ -97,6 +98,11 @@ def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
         if (target is None or (isinstance(target, str) and not target.strip())) and not iceberg_elsewhere:
             raise bad("target", "target is required: a local path, a URL such as s3://bucket/prefix, or an "
                                 "ObjectStoragePath")
+        if process_local(target):
+            raise bad("target", "a memory:// file system lives inside one process, and Airflow runs a stage's "
+                                "setup, writes and commit in different processes: the commit would see none of "
+                                "the writes. Use a local path every worker shares (e.g. '/data/events') or an "
+                                "object store URL such as s3://bucket/prefix")
     checks = {"algorithm": normalize_algorithm, "mode": check_mode,
               "partition_by": lambda v: list(partition_columns(v)), "commit_threads": check_threads}
     for name, check in checks.items():
@@ -170,6 +176,9 @@ def _check_table_args(args: Mapping[str, Any], out: Mapping[str, Any],
         raise bad("catalog", "give catalog (pyiceberg catalog properties) or catalog_conn_id, not both")
     if args.get("catalog") is not None and not isinstance(args["catalog"], Mapping):
         raise bad("catalog", "give a dict of pyiceberg catalog properties ({'type': 'sql', 'uri': ...})")
+    if isinstance(args.get("catalog"), Mapping) and process_local(args["catalog"].get("warehouse")):
+        raise bad("catalog", "its warehouse is on memory://, which lives inside one process: the table's files "
+                             "would be gone for the next task. Give the catalog a local or s3:// warehouse")
 
 
 def _text(value: Any) -> bool:
@@ -329,6 +338,9 @@ class CommitBaseOperator(BaseOperator):
                                                                                 f"{self.task_id!r}")
 
     def committer(self, context: Mapping[str, Any]) -> FileOutputCommitter:
+        # the rendered target: a template may render to one the parsed DAG could not be refused for
+        check_commit_args({"target": self.target, "table_format": self.table_format, "catalog": self.catalog,
+                           "catalog_conn_id": self.catalog_conn_id}, f"{type(self).__name__}(task_id={self.task_id!r})")
         labels = {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "job_name": self._job_name()}
         if self.job_key is not None:
             labels["job_key"] = self._job_key(context)

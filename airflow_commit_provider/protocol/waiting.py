@@ -12,9 +12,11 @@ section 10), and the marker only says whose files the directory holds now:
   ever (exactly its files, I9); once a later commit replaced it, the commit's own files must still be there with
   their sizes (other jobs' files beside them are fine: that is what the job's consumer reads). A later commit that
   removed some of them (an overwrite, a compaction) is final: :class:`CommitFilesGone`, naming the way out, not a
-  wait that never ends. A re-run of the same job that is replacing its own files is waited for; once the re-run
-  committed without writing under the target, the earlier commit is answered with the summary its log keeps (no
-  files, ``replaced_by`` naming the re-run), and with *verify_files* as files gone.
+  wait that never ends. A table's commit is judged by what the current marker lists (the files the table's
+  current version references): an overwrite leaves the replaced files under the data root for older versions,
+  but no reader of the table reads them. A re-run of the same job that is replacing its own files is waited
+  for; once the re-run committed without writing under the target, the earlier commit is answered with the
+  summary its log keeps (no files, ``replaced_by`` naming the re-run), and with *verify_files* as files gone.
 - **without a job id**: the target's marker, as before, except that a maintenance commit's marker (a compaction:
   it changed no row) counts only once a commit of data finished under the target; a compaction alone is no
   commit to wait for. After one, the compaction's marker is returned: it lists the files to read now.
@@ -108,7 +110,9 @@ def _of_job(target: Store, root: Store, partition: str, job_id: str, verify_file
         problem = (f"no file here any more: its next generation {loaded.replaced_by} replaced its files and wrote "
                    "none under the target")
     elif verify_files:
-        gone = _files_gone(target, loaded.view(partition), partition)
+        if loaded.manifest.get("table") and marker is None:
+            return Awaited(None, f"{target.url('_SUCCESS')} is withdrawn: a commit into the table is under way")
+        gone = _files_gone(target, loaded.view(partition), partition, marker)
         if gone is not None:
             if _rerunning(root, job_id, commit):
                 return Awaited(None, f"job {job_id} runs again and is replacing its own files: {gone}")
@@ -135,10 +139,18 @@ def _from_marker(marker: dict[str, Any]) -> dict[str, Any]:
     return {**marker, "commit_id": marker["job_uuid"], "retained_files": retained_count(marker)}
 
 
-def _files_gone(target: Store, view: Mapping[str, Any], partition: str) -> str | None:
+def _files_gone(target: Store, view: Mapping[str, Any], partition: str,
+                current: Mapping[str, Any] | None) -> str | None:
     """How many of the commit's files under *target* are not there with their sizes, with the first of them; or
-    ``None`` when all are (the files of other jobs beside them do not count)."""
-    sizes = dict(target.list_files("", visible_only=True))
+    ``None`` when all are (the files of other jobs beside them do not count). For a table's commit "there" is
+    what the *current* marker lists, a table's too: the files the table's current version references. Its data
+    root keeps the files older versions list, which no reader of the table reads any more."""
+    if view.get("table") and current is not None and current.get("table"):
+        cut = len(current.get("partition") or "")
+        sizes = {f["path"][cut + 1 if cut else 0:]: f["size"] for f in [*current["files"],
+                                                                         *current.get("retained", [])]}
+    else:
+        sizes = dict(target.list_files("", visible_only=True))
     cut = len(partition) + 1 if partition else 0
     gone = [(f, sizes.get(f["path"][cut:])) for f in view["files"] if sizes.get(f["path"][cut:]) != f["size"]]
     if not gone:

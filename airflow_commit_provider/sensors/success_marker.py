@@ -33,6 +33,11 @@ class SuccessMarkerSensor(BaseSensorOperator):
     job's own files, still there with their sizes; when a later commit removed them (an overwrite, a compaction)
     the task fails with :class:`CommitFilesGone`. Without *job_id*, a compaction's marker counts only once a
     commit of data finished there (:mod:`~airflow_commit_provider.protocol.waiting`).
+
+    On a Delta or Iceberg table's data root (Delta: the table's location; Iceberg: ``<location>/data``) the marker
+    lists the files the table version its commit produced references; *verify_files* checks that each is there with
+    its size (files older versions list stay under the data root and do not count), and with *job_id* that the
+    job's files are still in the table's current version.
     """
 
     template_fields = ("target", "conn_id", "job_id")

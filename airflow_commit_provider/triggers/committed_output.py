@@ -60,7 +60,7 @@ HOLD = object()
 
 def event_manifest(manifest: dict[str, Any], max_files: int = MAX_FILES) -> dict[str, Any]:
     """The manifest as an asset event carries it: at most *max_files* of its files (``files_truncated`` says if
-    there were more), and the count of retained files instead of their list (a table's every other file; ``None``
+    there were more), and the count of retained files instead of their list (the other files read with it; ``None``
     when the manifest does not come from a marker, which alone lists them)."""
     files = manifest.get("files", [])
     out = {k: v for k, v in manifest.items() if k not in ("files", "retained")}

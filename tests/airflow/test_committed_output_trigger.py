@@ -354,3 +354,30 @@ def test_a_compaction_fires_only_for_a_watcher_that_asks_for_maintenance(tmp_pat
         assert late.next()["job_id"] == "job-a", "a new watcher's first event: the newest commit of rows"
     write_job(root, "job-b")
     assert w.next()["job_id"] == "job-b"
+
+
+@pytest.mark.parametrize("verify_files", [False, True])
+@pytest.mark.parametrize("earlier", [False, True], ids=["first-job", "after-a-commit"])
+def test_a_v2_job_fires_nothing_during_its_write_stage_and_once_at_its_job_commit(tmp_path, watch, earlier,
+                                                                                 verify_files):
+    """Algorithm 2 publishes each task's files at its task commit and withdraws the root marker there; the job
+    commit writes it. Polled after every step (setup, each task commit, the job commit, and once more): no event
+    before the job commit (neither for the withdrawn marker nor again for the earlier commit), one after."""
+    root = str(tmp_path / "events")
+    w = watch(CommittedOutputTrigger(target=root, poke_interval=0, verify_files=verify_files))
+    if earlier:
+        write_job(root, "job-a")
+        assert w.next()["job_id"] == "job-a"
+    committer = make_committer(root, "job-v2", mode="append", algorithm=2)
+    committer.setup_job()
+    assert w.pending() == [], "after setup"
+    for task in range(3):
+        run_task_attempt(committer, task, 1, lambda wr, t=task: wr.write(pa.table({"task": [t] * 3,
+                                                                                    "row": [0, 1, 2]})))
+        assert not (tmp_path / "events" / "_SUCCESS").exists(), "v2 withdraws the marker at its task commit"
+        assert w.pending() == [], f"after task commit {task}: the task's files are visible, no commit is"
+    committer.commit_job(3)
+    event = w.next()
+    assert event["job_id"] == "job-v2" and event["algorithm"] == 2 and event["totals"]["rows"] == 9
+    assert event["retained_files"] == (2 if earlier else 0)
+    assert w.pending() == [], "one event for one job commit"

@@ -39,7 +39,6 @@ def _connections(monkeypatch):
     # the UI drops file:// links: local targets link the tab's target view (the target and its files)
     ("/data/events", None, TARGET),
     ("file:///data/events", None, TARGET),
-    ("memory://events", None, TARGET),
 ])
 def test_target_link_is_one_the_ui_renders(target, conn_id, expected):
     op = CommitJobOperator(task_id="commit", target=target, conn_id=conn_id, expected_tasks=1)

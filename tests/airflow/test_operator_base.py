@@ -73,6 +73,7 @@ BAD_SHARED = [
     ("target", "", "target is required"),
     ("target", None, "target is required"),
     ("durable", "yes", "give True (the default"),
+    ("target", "memory://events", "a memory:// file system lives inside one process"),
 ]
 
 
@@ -110,6 +111,58 @@ def test_commit_stage_names_itself_and_the_parameter(name, value, why):
     with _dag("opbase_stage"), pytest.raises(InvalidOutputSpec) as raised:
         commit_stage("events", **{"target": "/data/events", "python_callable": load_shard, name: value})
     assert str(raised.value).startswith(f"commit_stage('events'): {name}={value!r}: ") and why in str(raised.value)
+
+
+def _memory_targets() -> list:
+    from airflow.sdk import ObjectStoragePath
+    return ["memory://events", "MEMORY://events", ObjectStoragePath("memory://events")]
+
+
+@pytest.mark.parametrize("build", ["commit_stage", "decorator", "iceberg_catalog"])
+def test_a_memory_target_is_refused_where_the_dag_is_parsed_and_a_local_one_builds(build, tmp_path):
+    """``memory://`` lives in one process; Airflow runs setup, writes and commit in different ones: refused where
+    the DAG is parsed (as a string or an ObjectStoragePath, or as an Iceberg catalog's warehouse), naming the way
+    out; the advised local path builds the same stage (which then runs end to end as in the tests above)."""
+    from airflow_commit_provider.decorators.commit_stage import commit_stage_task
+
+    def make(target, **extra):
+        if build == "decorator":
+            commit_stage_task(target=target, **extra)(load_shard).expand(shard=[0, 1])
+        else:
+            commit_stage("events", target=target, python_callable=load_shard, **extra)
+
+    if build == "iceberg_catalog":
+        refused = [(str(tmp_path / "wh"), {"table_format": "iceberg", "table_name": "ns.events",
+                                           "catalog": {"type": "sql", "uri": "sqlite:///x.db",
+                                                       "warehouse": "memory://wh"}})]
+    else:
+        refused = [(target, {}) for target in _memory_targets()]
+    for target, extra in refused:
+        with _dag("opbase_memory") as dag, pytest.raises(InvalidOutputSpec) as raised:
+            make(target, **extra)
+        message = str(raised.value)
+        assert "memory://" in message and "inside one process" in message and \
+            ("local path" in message or "local or s3://" in message), message
+        assert dag.task_ids == []
+    with _dag("opbase_memory_advice") as dag:
+        make(str(tmp_path / "events"))
+    assert dag.task_ids
+
+
+def test_a_target_template_rendered_to_memory_is_refused_before_the_committer_is_made(tmp_path):
+    """A template renders where the task runs: the rendered target is checked there, before anything is made."""
+    with _dag("opbase_memory_template") as dag:
+        setup = CommitSetupOperator(task_id="setup", target="{{ params.root }}")
+    for root, refused in (("memory://events", True), (str(tmp_path / "events"), False)):
+        context = {"dag": dag, "run_id": "r1", "params": {"root": root}}
+        setup.target = "{{ params.root }}"
+        setup.render_template_fields(context)
+        if refused:
+            with pytest.raises(InvalidOutputSpec, match=r"CommitSetupOperator\(task_id='setup'\): "
+                                                        r"target='memory://events': a memory:// file system"):
+                setup.committer(context)
+        else:
+            assert setup.committer(context).store.url().endswith("events")
 
 
 @pytest.mark.parametrize("name,value,why", BAD_SHARED, ids=[f"{n}={v!r}" for n, v, _ in BAD_SHARED])

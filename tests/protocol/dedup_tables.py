@@ -92,15 +92,22 @@ def our_append(root: str, job: str, ids_by_task: dict[int, list[int]], *, algori
     return c
 
 
-def speculative_loser(c: FileOutputCommitter, task: int, ids: list[int], part: int | None = None) -> dict[str, bytes]:
-    """A speculative attempt (1) of *task* that writes *ids* one row per file and is then fenced by attempt 2,
-    which wins the task: the loser's files, as the zombie still holds them (it never commits them)."""
-    ta = c.setup_task(task, 1)
+def unfinished_attempt(c: FileOutputCommitter, task: int, attempt: int, ids: list[int],
+                       part: int | None = None) -> dict[str, bytes]:
+    """Attempt *attempt* of *task* writes *ids* one row per file and stops before its task commit (a zombie, or
+    a speculative attempt about to lose): its files, as that process still holds them."""
+    ta = c.setup_task(task, attempt)
     with TaskAttemptWriter(c, ta, partition_by=c.partition_by, max_rows_per_file=1) as w:
         w.write(ids_table(ids, c.partition_by, part))
     # by the path each file stands for (an attempt keeps partitioned files flat: see publish.base.flat_name)
     stored = stored_paths(rel for rel, _ in c.store.list_files(ta.work_dir))
-    held = {rel: c.store.read_bytes(f"{ta.work_dir}/{name}") for rel, name in stored.items()}
+    return {rel: c.store.read_bytes(f"{ta.work_dir}/{name}") for rel, name in stored.items()}
+
+
+def speculative_loser(c: FileOutputCommitter, task: int, ids: list[int], part: int | None = None) -> dict[str, bytes]:
+    """A speculative attempt (1) of *task* that writes *ids* one row per file and is then fenced by attempt 2,
+    which wins the task: the loser's files, as the zombie still holds them (it never commits them)."""
+    held = unfinished_attempt(c, task, 1, ids, part)
     run_task_attempt(c, task, 2, lambda w: w.write(ids_table(ids, c.partition_by, part)))
     return held
 

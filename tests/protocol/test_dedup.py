@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_commit_provider.protocol import FileOutputCommitter, LocalStore, faults, read_success_marker
+from airflow_commit_provider.operators.shards import run_shards
 from airflow_commit_provider.protocol.maintenance.dedup import find_duplicates, remove_duplicates
 
 from . import dedup_tables as t
@@ -266,6 +267,40 @@ def test_a_zombie_attempts_files_in_our_output_are_deleted_by_the_commit_log(tmp
     t.assert_rows_once(root, old + [100, 101, 102, 103, 104])
     found = t.assert_markers_true(root)
     assert found == (["", "p=0", "p=1"] if mode == "dynamic" else [""])
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_a_zombie_copy_of_one_shard_of_a_sharded_job_is_exactly_what_is_deleted(tmp_path, algorithm):
+    """A stage with ``shards_per_task=3`` as its write task instances run it (the shard runner): two task
+    instances, six protocol tasks. Try 1 of task instance 0 wrote shard 1's files (task 1) and hung before its
+    task commit; try 2 ran every shard of the instance and committed them, fencing it. After the job commit the
+    zombie moves its files in (one under a name shard 1 also committed: ``_copy_1``). The deduplication proves
+    exactly the zombie's files duplicate by the commit log (task 1's committed files are not among them), deletes
+    them, and every row of every shard reads back once."""
+    root = str(tmp_path / "table")
+
+    def committer() -> FileOutputCommitter:
+        return FileOutputCommitter(root, "sharded", algorithm=algorithm, mode="append")
+
+    def ids(task: int) -> list[int]:
+        return [task * 10 + i for i in range(3)]
+
+    c = committer()
+    c.setup_job()
+    held = t.unfinished_attempt(c, 1, 1, ids(1))           # try 1 of task instance 0, shard 1
+    for map_index, attempt in ((0, 2), (1, 1)):
+        outcome = run_shards(committer, map_index, 3, attempt, lambda shard, task, w: w.write(t.ids_table(ids(task))))
+        assert [o.task for o in outcome.outcomes] == [3 * map_index + s for s in range(3)]
+    c.commit_job(6)
+    zombie = t.zombie_moves_in(root, held)
+    assert any("_copy_1" in z for z in zombie) and len(zombie) == 3
+    plan = find_duplicates(LocalStore(root))
+    assert sorted(d.path for d in plan.deletions) == sorted(zombie) and not plan.undecided
+    assert all("_commits/sharded.json" in d.proof for d in plan.deletions)
+    remove_duplicates(LocalStore(root), plan)
+    t.assert_rows_once(root, [i for task in range(6) for i in ids(task)])
+    assert t.assert_markers_true(root) == [""]
+    assert not find_duplicates(LocalStore(root)).deletions, "once: a second run finds nothing"
 
 
 def test_an_unlisted_file_of_a_task_the_job_did_not_commit_is_undecided(tmp_path):

@@ -285,6 +285,16 @@ def referenced_anywhere(cfg: dict) -> set[str]:
             for t in table.scan(snapshot_id=s.snapshot_id).plan_files()}
 
 
+def referenced_now(cfg: dict) -> set[str]:
+    """The data files the table's current version references, relative to its data root, as its own reader lists
+    them (local or S3; Delta's log keeps paths URI-encoded once more than the files' names)."""
+    from urllib.parse import unquote
+    if cfg["format"] == "delta":
+        return {unquote(a["path"]) for a in pa.table(delta_table(cfg).get_add_actions(flatten=False)).to_pylist()}
+    table = iceberg_table(cfg)
+    return {t.file.file_path.removeprefix(f"{table.location()}/data/") for t in table.scan().plan_files()}
+
+
 def parquet_files(root_dir: str) -> set[str]:
     return {os.path.join(d, f) for d, _dirs, names in os.walk(root_dir) for f in names if f.endswith(".parquet")}
 
@@ -316,21 +326,23 @@ def test_files_no_snapshot_lists_are_removed_files_a_snapshot_lists_never(base, 
         assert parquet_files(os.path.join(data, "_temporary")) == set()
 
 
+def one_task_commit(cfg: dict, job_id: str, gen: int, days: list, day_type: pa.DataType,
+                    mode: str = "dynamic") -> None:
+    """A job of one task writing one row per value of *days* (column ``day`` of *day_type*), committed."""
+    c = committer_for({**cfg, "job_id": job_id, "mode": mode})
+    c.setup_job()
+    data = pa.table({"id": pa.array(range(len(days)), pa.int64()), "day": pa.array(days, day_type),
+                     "gen": pa.array([gen] * len(days), pa.int64())})
+    run_task_attempt(c, 0, 1, lambda w: w.write(data))
+    c.commit_job(1)
+
+
 def test_dynamic_replaces_date_partitions_as_the_format_stores_them(base):
     """Partition values of another type than the directory's text (a date: Iceberg keeps days since 1970)."""
     import datetime as dt
     days = [dt.date(2024, 1, 1), dt.date(2024, 1, 2)]
-
-    def write(job_id: str, gen: int, only: list) -> None:
-        c = committer_for({**base, "job_id": job_id, "mode": "dynamic"})
-        c.setup_job()
-        table = pa.table({"id": pa.array(range(len(only)), pa.int64()), "day": pa.array(only, pa.date32()),
-                          "gen": pa.array([gen] * len(only), pa.int64())})
-        run_task_attempt(c, 0, 1, lambda w: w.write(table))
-        c.commit_job(1)
-
-    write("first", 0, days)
-    write("second", 1, days[1:])                    # replaces 2024-01-02 only
+    one_task_commit(base, "first", 0, days, pa.date32())
+    one_task_commit(base, "second", 1, days[1:], pa.date32())       # replaces 2024-01-02 only
     if base["format"] == "delta":
         import deltalake
         t = pa.table(deltalake.DeltaTable(base["location"]).to_pyarrow_table())
@@ -399,12 +411,7 @@ def test_partition_values_that_need_escaping_are_replaced_by_dynamic_and_by_a_cl
     values = ["x/y", "a%b", "s p"]
 
     def write(job_id: str, gen: int, only: list, mode: str = "dynamic") -> None:
-        c = committer_for({**base, "job_id": job_id, "mode": mode})
-        c.setup_job()
-        table = pa.table({"id": pa.array(range(len(only)), pa.int64()), "day": pa.array(only, pa.string()),
-                          "gen": pa.array([gen] * len(only), pa.int64())})
-        run_task_attempt(c, 0, 1, lambda w: w.write(table))
-        c.commit_job(1)
+        one_task_commit(base, job_id, gen, only, pa.string(), mode)
 
     def days_and_gens() -> list:
         if base["format"] == "delta":
@@ -430,3 +437,38 @@ def test_mode_error_lets_a_clear_after_success_replace_the_jobs_own_rows(base):
     assert rows(base) == expected(gen=1)
     with pytest.raises(InvalidOutputSpec, match="cannot write there in mode 'error'"):   # another job still is
         committer_for({**cfg, "job_id": "events-2"}).setup_job()
+
+
+def test_a_table_on_memory_is_refused_before_anything_is_made_and_a_local_one_commits(base):
+    """delta-rs's ``memory://`` is not fsspec's (the table's log and the job's records would live in two
+    memories), and either lives in one process: refused up front, as a location or as an Iceberg catalog's
+    warehouse, with nothing made in memory nor a catalog created; the advice (a local path) commits."""
+    import fsspec
+
+    memory = fsspec.filesystem("memory")
+    refused = [{**base, "location": "memory://refused/events"}]
+    if base["format"] == "iceberg":
+        refused.append({**base, "catalog": {"type": "sql", "uri": f"sqlite:///{base['location']}-cat.db",
+                                            "warehouse": "memory://refused/wh"}})
+    for cfg in refused:
+        with pytest.raises(InvalidOutputSpec, match=r"memory:// lives inside one process.*local path.*s3://"):
+            committer_for(cfg)
+    assert not memory.exists("/refused")
+    assert not os.path.exists(f"{base['location']}-cat.db")
+    run_job(base)
+    assert rows(base) == expected()
+
+
+def test_the_markers_of_a_dynamic_table_commit_list_what_its_version_reads(base):
+    """A dynamic commit replacing one partition (a value whose directory name is escaped) leaves the replaced
+    files under the data root; the root's marker and the partition's list what the table's version references
+    there (the partition's: only the job's new file), and verify_files accepts them."""
+    one_task_commit(base, "first", 0, ["x/y", "plain"], pa.string())
+    one_task_commit(base, "second", 1, ["x/y"], pa.string())
+    data_root = root(base)
+    marker = read_success_marker(data_root, verify_files=True)
+    assert {f["path"] for f in marker["files"] + marker["retained"]} == referenced_now(base)
+    (part,) = marker["partitions"]
+    inside = read_success_marker(f"{data_root}/{part}", verify_files=True)
+    assert [f["path"] for f in inside["files"]] == [f["path"] for f in marker["files"]] and not inside["retained"]
+    assert len(parquet_files(os.path.join(data_root.removeprefix("file://"), part))) == 2, "the replaced file stays"

@@ -19,7 +19,7 @@ from airflow_commit_provider.protocol import read_success_marker
 from airflow_commit_provider.protocol.faults import FAULT_EXIT_CODE
 
 from ..protocol.tables_worker import run_job
-from ..protocol.test_tables import expected, root, rows, run, spawn, table_id, transactions
+from ..protocol.test_tables import expected, referenced_now, root, rows, run, spawn, table_id, transactions
 
 
 @pytest.fixture(params=["delta", "iceberg"])
@@ -81,3 +81,14 @@ def test_nothing_is_visible_on_s3_before_the_transaction(base):
     assert proc.returncode == FAULT_EXIT_CODE, proc.stderr
     assert rows(base) == expected()
     assert transactions(base) == 1
+
+
+def test_the_marker_of_an_overwrite_on_s3_lists_what_the_table_version_reads(base):
+    """The overwritten files stay under the data root for the table's first version; the marker lists the files
+    the current version references (its ``retained`` none of the replaced ones), and verify_files accepts it."""
+    run_job(base)
+    run_job({**base, "job_id": "events-2", "mode": "overwrite", "gen": 1})
+    marker = read_success_marker(root(base), verify_files=True)
+    assert {f["path"] for f in marker["files"]} | {f["path"] for f in marker["retained"]} == referenced_now(base)
+    assert marker["retained"] == [] and marker["job_id"] == "events-2"
+    assert rows(base) == expected(gen=1)

@@ -264,7 +264,12 @@ class WriteMarkers(Stage[Committed, dict[str, Any]]):
             partitions.update(restored)
             manifest = manifest.with_costs(manifest.durations, markers_restored=restored,
                                            **({"markers_left_withdrawn": left} if left else {}))
-        retained = write_markers(self.scope.store, manifest, partitions=partitions, encoded=committed.encoded)
+        others = None
+        if self.scope.table is not None:   # what the version this commit made references; None: no transaction
+            version = (manifest.table or {}).get("version", (manifest.table or {}).get("snapshot_id"))
+            others = self.scope.table.files_at(version)
+        retained = write_markers(self.scope.store, manifest, partitions=partitions, encoded=committed.encoded,
+                                 others=others)
         return manifest.with_costs(manifest.durations, retained_files=retained).to_doc()
 
 

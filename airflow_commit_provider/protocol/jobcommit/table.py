@@ -101,7 +101,9 @@ class TableCommitStage(Stage[Plan, "TableCommit | None"]):
         if not files and ((not job.replaced_files and scope.mode.name == "append") or not table.exists()):
             return None   # nothing to add or replace: no empty transaction
         tag = JobTag(scope.job_id, job.job_uuid, job.generation)
-        done = table.committed(tag)
+        # a resumed commit's transaction may have landed, and the history may have forgotten it since: its files
+        # are looked up then (a scan of the current version), never on a first try, which cannot have landed
+        done = table.committed(tag, files if self.run.resumed else ())
         if done is None:
             schema = parquet_schema(scope.store, files[0].path) if files else None   # one schema: checked at the plan
             done = table.commit(tag, files, schema, scope.mode.name, scope.config.partition_by, job.replaced_files)

@@ -130,18 +130,22 @@ def withdraw_markers(store: Store, dirs: Iterable[str]) -> None:
 
 
 def write_markers(store: Store, manifest: SuccessManifest, *, partitions: Iterable[str] = (),
-                  encoded: Mapping[str, records.Encoded] | None = None) -> int:
+                  encoded: Mapping[str, records.Encoded] | None = None,
+                  others: Mapping[str, int] | None = None) -> int:
     """Write the markers of a committed job, the root one last; returns how many files the root's retains.
 
     Each lists the job's files under its directory and, as ``retained``, the other visible files there now. Each
     directory of *partitions* gets its own marker first: the partitions a dynamic job wrote (downstream DAGs wait
     for one day, not the whole table), and those whose marker a compaction withdrew and gives back. *encoded*: the
-    manifest's long lists as the commit log encoded them (:meth:`SuccessManifest.encode_long`).
+    manifest's long lists as the commit log encoded them (:meth:`SuccessManifest.encode_long`). *others*: the other
+    files a reader of the output reads (path -> size), when that is not every visible file under the root: a
+    table's version references only some of the files under its data root.
     """
     encoded = encoded if encoded is not None else manifest.encode_long()
     file_list = manifest.files
     ours = {f["path"] for f in file_list}
-    visible = dict(store.visible_files_except(ours))
+    visible = dict(store.visible_files_except(ours)) if others is None else \
+        {p: size for p, size in others.items() if p not in ours}
     body = {k: encoded.get(k, v) for k, v in manifest.to_doc().items() if k != "files"}
     parts = set(partitions) - {""}
     if parts:
@@ -277,7 +281,9 @@ def files_under(listing: Mapping[str, int], directory: str) -> dict[str, int]:
 
 def listing_mismatch(sizes: Mapping[str, int], manifest: Mapping[str, Any], where: str) -> str | None:
     """The first way *manifest* does not describe *sizes* (the visible files under its directory, relative to
-    it, and their sizes), or ``None`` when it describes them exactly (I9)."""
+    it, and their sizes), or ``None`` when it describes them exactly (I9). A table's marker lists the files its
+    version references; the other files under a table's data root are those older versions list (or none lists,
+    left for the table's own vacuum), which no reader of the version reads: there only the listed files count."""
     base = manifest.get("partition") or ""  # a partition's _SUCCESS lists paths from the output root
     listed = {}
     for f in list(manifest["files"]) + list(manifest.get("retained") or []):
@@ -287,7 +293,7 @@ def listing_mismatch(sizes: Mapping[str, int], manifest: Mapping[str, Any], wher
             return (f"{where} lists {f['path']} with {f['size']} bytes, but the output has "
                     f"{'no such file' if rel not in sizes else str(sizes[rel]) + ' bytes'}")
     unlisted = sorted(set(sizes) - set(listed))
-    if unlisted:
+    if unlisted and not manifest.get("table"):  # a table's data root keeps files its older versions list
         return (f"{where} does not describe its directory: {len(unlisted)} visible file(s) it does not list, "
                 f"e.g. {unlisted[:3]}")
     return None

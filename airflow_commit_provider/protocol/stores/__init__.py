@@ -25,7 +25,23 @@ from .generic import FsspecStore
 from .local import LocalStore
 from .s3 import S3Store
 
-__all__ = ["FsspecStore", "LocalStore", "S3Store", "Store", "store_for"]
+__all__ = ["FsspecStore", "LocalStore", "S3Store", "Store", "process_local", "store_for"]
+
+#: URL schemes of file systems that exist only inside the process that made them (fsspec's ``memory://``).
+PROCESS_LOCAL_SCHEMES = ("memory",)
+
+
+def process_local(target: Any) -> bool:
+    """Whether *target* (a path, a URL, or an object with a ``protocol`` such as Airflow's ``ObjectStoragePath``)
+    lives on a file system that exists only inside one process. The protocol itself works there (tests, one
+    process); whatever spreads a job over processes (Airflow) or hands the files to another library (a table
+    format) must refuse it, since nothing written there is seen from anywhere else."""
+    protocol = getattr(target, "protocol", None)
+    if isinstance(protocol, (tuple, list)):
+        protocol = protocol[0] if protocol else None
+    if protocol is None and isinstance(target, str) and "://" in target:
+        protocol = target.split("://", 1)[0]
+    return isinstance(protocol, str) and protocol.lower() in PROCESS_LOCAL_SCHEMES
 
 
 def store_for(target: Any, *, fs: Any = None, storage_options: dict[str, Any] | None = None,

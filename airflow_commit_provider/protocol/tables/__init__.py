@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InvalidOutputSpec
+from ..stores import process_local
 from .common import FORMATS, DataFile, GenerationSuperseded, JobTag, SchemaMismatch, TableCommit, TableTarget
 
 
@@ -23,7 +24,13 @@ def table_target(table_format: str, location: str | None = None, *, table_name: 
                  storage_options: Mapping[str, str] | None = None) -> TableTarget:
     """The table *table_format* names: ``"delta"`` at *location*; ``"iceberg"`` named *table_name* in the
     pyiceberg *catalog* (catalog properties; by default a SQL catalog on SQLite under *location*), its data at
-    *location* if given when the table is created."""
+    *location* if given when the table is created.
+
+    A table on ``memory://`` is refused before anything is opened: the format libraries keep their own memories
+    (delta-rs's ``memory://`` is not fsspec's), so the table's log and the job's records would live in two
+    different places, and either lives in one process only."""
+    if process_local(location) or (isinstance(catalog, Mapping) and process_local(catalog.get("warehouse"))):
+        raise _memory_table(table_format, location if process_local(location) else catalog["warehouse"])
     if table_format == "delta":
         if not location:
             raise InvalidOutputSpec("table_format='delta' needs the table's location as target")
@@ -33,8 +40,18 @@ def table_target(table_format: str, location: str | None = None, *, table_name: 
         return DeltaTarget(location, dict(storage_options or {}))
     if table_format == "iceberg":
         from .iceberg import IcebergTarget
-        return IcebergTarget.open(table_name, catalog, location)
+        table = IcebergTarget.open(table_name, catalog, location)
+        if process_local(table.location):
+            raise _memory_table(table_format, table.location)
+        return table
     raise InvalidOutputSpec(f"unknown table_format {table_format!r}: use one of {', '.join(FORMATS)}")
+
+
+def _memory_table(table_format: str, where: Any) -> InvalidOutputSpec:
+    return InvalidOutputSpec(
+        f"a {table_format} table on {where!r} is refused: memory:// lives inside one process, and the table "
+        f"library's memory is not the one the job's records are kept in, so the commit would read neither the "
+        f"other's writes. Put the table on a local path (e.g. '/data/events') or on s3://bucket/prefix")
 
 
 __all__ = ["FORMATS", "DataFile", "GenerationSuperseded", "JobTag", "SchemaMismatch", "TableCommit", "TableTarget",

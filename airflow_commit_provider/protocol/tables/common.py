@@ -179,9 +179,20 @@ class TableTarget(ABC):
         :attr:`data_root`)."""
 
     @abstractmethod
-    def committed(self, tag: JobTag) -> TableCommit | None:
+    def files_at(self, version: int | None) -> dict[str, int]:
+        """The data files the table's *version* (Delta version, Iceberg snapshot id; ``None``: the current one)
+        references, relative to :attr:`data_root`, with their sizes: what a reader of that version reads. The
+        data root holds more (files older versions still list), so the job's markers list these, not the
+        directory's listing. Empty while the table does not exist; the current version's when *version* is no
+        longer in the table (expired, its log cleaned up: a commit resumed long after its transaction)."""
+
+    @abstractmethod
+    def committed(self, tag: JobTag, files: Sequence[DataFile] = ()) -> TableCommit | None:
         """The transaction of this job generation if the table holds it; :class:`GenerationSuperseded` when it
-        holds a later generation of the job; ``None`` when neither."""
+        holds a later generation of the job; ``None`` when neither. Once the table's maintenance made its history
+        forget the transaction (an expired snapshot, a cleaned-up log), the generation's *files* still in the
+        current version prove it: their names are the generation's own, so only its transaction added them
+        (looked up only when *files* are given: a commit that may have landed, a resumed one)."""
 
     @abstractmethod
     def commit(self, tag: JobTag, files: Sequence[DataFile], schema: pa.Schema | None, mode: str,

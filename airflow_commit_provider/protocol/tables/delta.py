@@ -31,7 +31,7 @@ from .common import DataFile, GenerationSuperseded, JobTag, SchemaMismatch, Tabl
 
 try:
     from deltalake import CommitProperties, DeltaTable, Schema as DeltaSchema, Transaction
-    from deltalake.exceptions import CommitFailedError, TableNotFoundError
+    from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
     from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 except ImportError as exc:  # pragma: no cover - the extra is not installed
     raise ImportError("table_format='delta' needs the deltalake package: pip install "
@@ -72,6 +72,16 @@ class DeltaTarget(TableTarget):
     def exists(self) -> bool:
         return self._load() is not None
 
+    def files_at(self, version: int | None) -> dict[str, int]:
+        if version is None:
+            dt = self._load()
+        else:
+            try:
+                dt = DeltaTable(self.uri, version=version, storage_options=self.storage_options)
+            except (TableNotFoundError, DeltaError):   # its log entries were cleaned up since: what is read now
+                return self.files_at(None)
+        return {} if dt is None else {path: size for path, (size, _) in _files(dt).items()}
+
     def check_schema(self, schema: pa.Schema) -> None:
         dt = self._load()
         if dt is not None:
@@ -88,11 +98,11 @@ class DeltaTarget(TableTarget):
             raise InvalidOutputSpec(f"Delta table {self.uri} already holds data (version {dt.version()}) and mode "
                                     "is 'error'; use mode='append', 'overwrite' or 'dynamic' to write there")
 
-    def committed(self, tag: JobTag) -> TableCommit | None:
+    def committed(self, tag: JobTag, files: Sequence[DataFile] = ()) -> TableCommit | None:
         dt = self._load()
-        return None if dt is None else self._committed(dt, tag)
+        return None if dt is None else self._committed(dt, tag, files)
 
-    def _committed(self, dt: DeltaTable, tag: JobTag) -> TableCommit | None:
+    def _committed(self, dt: DeltaTable, tag: JobTag, files: Sequence[DataFile]) -> TableCommit | None:
         landed = dt.transaction_version(app_id(tag.job_id))
         if landed is None or landed < tag.generation:
             return None
@@ -102,6 +112,8 @@ class DeltaTarget(TableTarget):
                 f"{tag.generation} (job uuid {tag.job_uuid}) committing now: this is a zombie of an older "
                 "generation; nothing was added")
         version = self._version_of(dt, tag)
+        if version is None and {f.path for f in files} & set(_files(dt)):
+            version = dt.version()   # the log before the checkpoint was cleaned up; the files are the proof
         if version is None:
             raise CommitProtocolError(
                 f"Delta table {self.uri} records generation {landed} of job {tag.job_id} (app id "
@@ -135,7 +147,7 @@ class DeltaTarget(TableTarget):
                         raise
                     continue
                 return self._landed(tag, len(adds), 0)
-            if (done := self._committed(dt, tag)) is not None:
+            if (done := self._committed(dt, tag, ())) is not None:
                 return done
             if schema is not None:
                 _check_schema(dt, schema, self.uri)

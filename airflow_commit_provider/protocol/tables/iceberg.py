@@ -153,6 +153,16 @@ class IcebergTarget(TableTarget):
     def exists(self) -> bool:
         return self._load() is not None
 
+    def files_at(self, version: int | None) -> dict[str, int]:
+        table = self._load()
+        if table is not None and version is not None and table.snapshot_by_id(version) is None:
+            version = None   # the snapshot expired since (pyiceberg would scan it as empty): what is read now
+        if table is None or (version is None and table.current_snapshot() is None):
+            return {}
+        prefix = self.data_uri + "/"
+        scan = table.scan() if version is None else table.scan(snapshot_id=version)
+        return {t.file.file_path.removeprefix(prefix): t.file.file_size_in_bytes for t in scan.plan_files()}
+
     def check_schema(self, schema: pa.Schema) -> None:
         table = self._load()
         if table is not None:
@@ -172,11 +182,11 @@ class IcebergTarget(TableTarget):
                                     f"{table.current_snapshot().snapshot_id}) and mode is 'error'; use "
                                     "mode='append', 'overwrite' or 'dynamic' to write there")
 
-    def committed(self, tag: JobTag) -> TableCommit | None:
+    def committed(self, tag: JobTag, files: Sequence[DataFile] = ()) -> TableCommit | None:
         table = self._load()
-        return None if table is None else self._committed(table, tag)
+        return None if table is None else self._committed(table, tag, files)
 
-    def _committed(self, table: Table, tag: JobTag) -> TableCommit | None:
+    def _committed(self, table: Table, tag: JobTag, files: Sequence[DataFile]) -> TableCommit | None:
         for found, snapshot_id in tags(table.metadata):
             if found.job_id != tag.job_id or found.generation < tag.generation:
                 continue
@@ -191,7 +201,12 @@ class IcebergTarget(TableTarget):
                     f"of job {tag.job_id} with job uuid {found.job_uuid}, not {tag.job_uuid}: another job with the "
                     "same id (whose commit log was removed) committed there; use another job id")
             return TableCommit(self.format, self.identifier, snapshot_id, 0, 0, already=True)
-        return None
+        # its snapshot expired (the job tag with it): adding the files again would read every row twice
+        ours = {f"{self.data_uri}/{f.path}" for f in files}
+        current = table.current_snapshot()
+        if not ours or current is None or not ours & {df.file_path for df in _files(table)}:
+            return None
+        return TableCommit(self.format, self.identifier, current.snapshot_id, 0, 0, already=True)
 
     def _create(self, schema: pa.Schema, partition_by: Sequence[str]) -> None:
         iceberg = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(schema))
@@ -211,7 +226,7 @@ class IcebergTarget(TableTarget):
                 except TableAlreadyExistsError:
                     pass
                 continue
-            if (done := self._committed(table, tag)) is not None:
+            if (done := self._committed(table, tag, ())) is not None:
                 return done
             if schema is not None:
                 _check_schema(table, schema, self.identifier)
