@@ -1,0 +1,281 @@
+"""Pairs of the composition table (docs/composition.md) that share code paths with a tested cell but had no test of
+their own ("GAP-low"), each covered by a real ``dag.test()`` run read back row by row.
+
+One run covers several pairs at once (a covering design, not one test per pair): each case is an authoring style
+(hand-wired operators, ``commit_stage``, ``@task.commit_stage``, ``shards_per_task``, ``job_key``) x a store
+(local disk, S3 through moto's server and an Airflow connection) x an algorithm x a mode, with one write task whose
+first try fails (a retry), then every consumer: the sensor (poke), the deferrable sensor (its trigger's real
+``run()`` and ``execute_complete``), the asset watcher (``CommittedOutputTrigger``, one event per commit, in
+order) and the Commit status view's read model. Keyed cases run twice for one data interval (the second run is a
+new generation of one job: one more event, rows once); maintenance cases compact or deduplicate the stage's output
+afterwards (rows once, no event for the compaction by default). After every run: the callable ran exactly once
+per task and try that had to run, every row is read back exactly once, the marker verifies against the listing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from airflow.sdk import DAG
+
+from airflow_commit_provider.decorators.commit_stage import commit_stage_task
+from airflow_commit_provider.operators.commit import (
+    CommitAbortOperator,
+    CommitJobOperator,
+    CommitSetupOperator,
+    CommitWriteOperator,
+)
+from airflow_commit_provider.operators.stage import commit_stage
+from airflow_commit_provider.protocol import read_success_marker
+from airflow_commit_provider.sensors.success_marker import SuccessMarkerSensor
+from airflow_commit_provider.triggers.committed_output import CommittedOutputTrigger
+from airflow_commit_provider.triggers.success_marker import SuccessMarkerTrigger
+
+from ..airflow.test_committed_output_trigger import Watcher
+from ..conftest import DAGS_FOLDER, TEST_ROOT, TEST_WORK
+from ..protocol import scenario as sc
+
+CONN = "commit_s3"
+TASKS = 3
+ROWS = 4
+DAY = datetime(2024, 5, 1, tzinfo=timezone.utc)
+STORAGE = {"use_listings_cache": False, "skip_instance_cache": True}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One ``dag.test()`` stage: authoring *w*, store *s*, algorithm *a*, mode *m*; *runs* runs of one interval."""
+
+    w: str
+    s: str
+    a: str
+    m: str
+    runs: int = 1
+    then: str | None = None   # maintenance over the output: "compact" or "dedup"
+
+    @property
+    def dag_id(self) -> str:
+        return f"pair_{self.w}_{self.s}_{self.a}_{self.m}" + (f"_{self.then}" if self.then else "")
+
+    @property
+    def partitioned(self) -> bool:
+        return self.m == "dynamic"
+
+
+CASES = [
+    Case("deco", "s3", "v2", "overwrite"),
+    Case("deco", "s3", "magic", "dynamic"),
+    Case("deco", "local", "v1", "append"),
+    Case("deco", "local", "v2", "error"),
+    Case("ops", "s3", "magic", "error"),
+    Case("ops", "s3", "v1", "dynamic"),
+    Case("ops", "local", "v2", "append"),
+    Case("ops", "local", "v1", "overwrite"),
+    Case("stage", "s3", "magic", "overwrite"),
+    Case("stage", "s3", "v1", "error"),
+    Case("stage", "local", "v2", "dynamic"),
+    Case("stage", "local", "v1", "append", then="dedup"),
+    Case("shards", "s3", "v1", "error"),
+    Case("shards", "s3", "magic", "dynamic"),
+    Case("shards", "local", "v2", "overwrite"),
+    Case("shards", "local", "v1", "append"),
+    Case("key", "s3", "magic", "append", runs=2),
+    Case("key", "s3", "v1", "dynamic", runs=2),
+    Case("key", "local", "v2", "overwrite", runs=2, then="compact"),
+    Case("key", "local", "v1", "error", runs=2),
+]
+
+
+# ----------------------------------------------------------------------------------------------- the DAGs
+def _calls_log(dag_id: str):
+    return TEST_WORK / f"calls-{dag_id}.log"
+
+
+def _rows(dag_id: str, task: int, ti) -> pa.Table:
+    """*ROWS* rows of task *task*; the first try of task 1 fails once it has counted its call (a retry)."""
+    with _calls_log(dag_id).open("a") as log:
+        log.write(f"{task} {ti.try_number}\n")
+    if task == 1 and ti.try_number == 1:
+        raise RuntimeError("the first try of task 1 fails: its retry must commit it once")
+    return pa.table({"task": [task] * ROWS, "row": list(range(ROWS)), "day": [f"d{r % 2}" for r in range(ROWS)]})
+
+
+def pair_dag(case: Case, target: str) -> DAG:
+    """The stage of *case* writing *target*: TASKS write tasks (for ``shards``: TASKS shards of one instance)."""
+    conn = CONN if case.s == "s3" else None
+    shared: dict[str, Any] = {"target": target, "conn_id": conn, "algorithm": case.a, "mode": case.m,
+                              "partition_by": ["day"] if case.partitioned else ()}
+    kwargs = [{"task": n} for n in range(TASKS)]
+    with DAG(case.dag_id, schedule="@daily", start_date=DAY, catchup=False,
+             default_args={"retries": 1, "retry_delay": timedelta(seconds=0)},
+             tags=["airflow-commit-provider-tests"]) as dag:
+        if case.w == "ops":
+            ops = {**shared, "job_name": "events"}
+            setup = CommitSetupOperator(task_id="setup", **ops)
+            write = CommitWriteOperator.partial(task_id="write", python_callable=_load(case), **ops).expand(
+                op_kwargs=kwargs)
+            commit = CommitJobOperator(task_id="commit", write_task_id="write", **ops)
+            abort = CommitAbortOperator(task_id="abort", commit_task_id="commit", **ops)
+            setup >> write >> commit >> abort.as_teardown(setups=setup)
+        elif case.w == "deco":
+            commit_stage_task(group_id="events", write_retries=1, **shared)(_load(case)).expand_kwargs(kwargs)
+        elif case.w == "shards":
+            commit_stage("events", python_callable=_load_shard(case), shards_per_task=TASKS, write_retries=1,
+                         **shared)
+        else:   # stage, key
+            key = "{{ data_interval_start }}" if case.w == "key" else None
+            commit_stage("events", python_callable=_load(case), expand_op_kwargs=kwargs, write_retries=1,
+                         job_key=key, **shared)
+    return dag
+
+
+def _load(case: Case):
+    def load(task: int, ti=None) -> pa.Table:
+        return _rows(case.dag_id, task, ti)
+    return load
+
+
+def _load_shard(case: Case):
+    def load(shard_index: int, ti=None) -> pa.Table:
+        return _rows(case.dag_id, shard_index, ti)
+    return load
+
+
+def _dag_of(case: Case, target: str) -> DAG:
+    """The DAG from a file in the session's DAGs folder (``dag.test()`` runs DAGs of a bundle only)."""
+    module = f"pairs_{case.dag_id}"
+    (DAGS_FOLDER / f"{module}.py").write_text(
+        '"""An airflow DAG of tests/s3/test_composition_pairs.py (safe mode reads files naming both)."""\n'
+        "from tests.s3.test_composition_pairs import Case, pair_dag\n\n"
+        f"dag = pair_dag({case!r}, {target!r})\n")
+    if str(DAGS_FOLDER) not in sys.path:
+        sys.path.insert(0, str(DAGS_FOLDER))
+    sys.modules.pop(module, None)
+    return importlib.import_module(module).dag
+
+
+# ------------------------------------------------------------------------------------------- the consumers
+def _calls(case: Case) -> Counter:
+    path = _calls_log(case.dag_id)
+    return Counter(tuple(map(int, line.split())) for line in path.read_text().splitlines()) if path.exists() \
+        else Counter()
+
+
+def _poke(target: str, conn: str | None, **kwargs: Any) -> dict[str, Any] | None:
+    found = SuccessMarkerSensor(task_id="wait", target=target, conn_id=conn, deferrable=False,
+                                **kwargs).poke({})
+    return found.xcom_value if found.is_done else None
+
+
+def _deferred(target: str, conn: str | None, **kwargs: Any) -> dict[str, Any]:
+    trigger = SuccessMarkerTrigger(target, conn_id=conn, poke_interval=0, **kwargs)
+    event = asyncio.run(asyncio.wait_for(anext(trigger.run()), timeout=120)).payload
+    sensor = SuccessMarkerSensor(task_id="wait", target=target, conn_id=conn, deferrable=True, **kwargs)
+    return sensor.execute_complete({}, event)
+
+
+def _view(dag_id: str, run_id: str) -> tuple[str, dict[int, str]]:
+    from airflow_commit_provider.plugins import app as plugin_app
+
+    model = plugin_app.build_model(dag_id, run_id, "v")
+    [stage] = model.summary.stages
+    [setup] = model.stages
+    return stage.state, {r.task: r.status for r in model.stages[setup].rows}
+
+
+def _target(case: Case, bucket: str | None) -> str:
+    return f"s3://{bucket}/{case.dag_id}/events" if case.s == "s3" else str(TEST_ROOT / case.dag_id / "events")
+
+
+def _marker(target: str, **kwargs: Any) -> dict[str, Any]:
+    """The target's ``_SUCCESS`` as a plain reader reads it (on S3 with no cached listing)."""
+    return read_success_marker(target, storage_options=STORAGE if target.startswith("s3://") else None, **kwargs)
+
+
+def _assert_rows_once(target: str) -> None:
+    rows = sc.read_rows(target)
+    assert Counter((r["task"], r["row"]) for r in rows) == {(t, r): 1 for t in range(TASKS) for r in range(ROWS)}, \
+        f"every committed row once under {target}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.dag_id.removeprefix("pair_"))
+def test_a_stage_commits_once_and_every_consumer_sees_each_commit_once(case, request, airflow_db):
+    bucket = request.getfixturevalue("bucket") if case.s == "s3" else None
+    conn = CONN if case.s == "s3" else None
+    target = _target(case, bucket)
+    _calls_log(case.dag_id).unlink(missing_ok=True)
+    dag = _dag_of(case, target)
+    watcher = Watcher(CommittedOutputTrigger(target=target, conn_id=conn, poke_interval=0))
+    try:
+        assert watcher.pending() == [], "nothing committed yet: the watcher has nothing to fire"
+        job_ids = []
+        for run in range(case.runs):
+            dr = dag.test(logical_date=DAY, run_after=DAY + timedelta(hours=run + 1))
+            assert dr.state == "success", f"run {run + 1} of {case.dag_id}"
+            # the callable: every task once per run, task 1 twice in each run (its first try fails)
+            assert _calls(case) == {(t, 1): run + 1 for t in range(TASKS)} | {(1, 2): run + 1}
+            _assert_rows_once(target)
+            manifest = _marker(target, verify_files=True)
+            assert manifest["totals"]["rows"] == TASKS * ROWS and manifest["totals"]["tasks"] == TASKS
+            job_ids.append(manifest["job_id"])
+
+            event = watcher.next()
+            assert (event["job_id"], event["commit_id"]) == (manifest["job_id"], manifest["job_uuid"])
+            assert watcher.pending() == [], "one event per commit, not two"
+
+            for found in (_poke(target, conn, verify_files=True), _poke(target, conn, job_id=manifest["job_id"]),
+                          _deferred(target, conn, verify_files=True)):
+                assert found is not None and found["job_id"] == manifest["job_id"], "the sensor sees the commit"
+                assert found["totals"]["rows"] == TASKS * ROWS
+
+            state, statuses = _view(case.dag_id, dr.run_id)
+            assert state == "committed"
+            assert set(statuses.values()) == {"committed"} and sorted(statuses) == list(range(TASKS))
+        if case.w == "key":
+            assert len(set(job_ids)) == 1, "two runs of one interval are one job"
+            assert _marker(target)["generation"] == case.runs - 1
+        if case.then:
+            _maintain(case, target, conn)
+            _assert_rows_once(target)
+            assert watcher.pending() == [], "maintenance changes no row: the watcher fires nothing by default"
+            assert _poke(target, conn, job_id=job_ids[-1]) is not None, "the stage's commit is still its commit"
+    finally:
+        watcher.close()
+
+
+def _maintain(case: Case, target: str, conn: str | None) -> None:
+    from airflow_commit_provider.protocol import FileOutputCommitter
+    from airflow_commit_provider.protocol.maintenance.compaction import compact
+    from airflow_commit_provider.protocol.maintenance.dedup import remove_duplicates
+    from airflow_commit_provider.protocol.stores import store_for
+
+    if case.then == "compact":
+        result = compact(FileOutputCommitter(target, f"{case.dag_id}-compact", mode="append"), 1,
+                         target_size=2**20)
+        assert result["state"] == "committed", result
+        assert len(sc.visible_files(target)) == 1, "the small files were merged into one"
+    else:
+        report = remove_duplicates(store_for(target))
+        assert report["delete"] == [], "a committed stage holds no duplicate: nothing to delete"
+        assert _marker(target, verify_files=True)["totals"]["rows"] == TASKS * ROWS
+
+
+def test_the_cases_cover_every_authoring_store_algorithm_and_mode_pair():
+    """The design is a covering one: every pair of values of W, S, A, M named here has a case."""
+    axes = {"w": {"ops", "stage", "deco", "shards", "key"}, "s": {"local", "s3"}, "a": {"v1", "v2", "magic"},
+            "m": {"error", "append", "overwrite", "dynamic"}}
+    refused = {("a", "magic", "s", "local")}   # refused at setup ("needs S3"): tests/s3/test_s3.py::test_magic_needs_s3
+    covered = {(x, getattr(c, x), y, getattr(c, y)) for c in CASES for x in axes for y in axes if x < y}
+    missing = sorted((x, u, y, v) for x in axes for y in axes if x < y for u in axes[x] for v in axes[y]
+                     if (x, u, y, v) not in covered and (x, u, y, v) not in refused
+                     and (y, v, x, u) not in refused)
+    assert missing == [], f"pairs without a case: {missing}"
