@@ -80,18 +80,18 @@ CASES = [
     Case("ops", "s3", "v1", "dynamic"),
     Case("ops", "local", "v2", "append"),
     Case("ops", "local", "v1", "overwrite"),
-    Case("stage", "s3", "magic", "overwrite"),
+    Case("stage", "s3", "magic", "overwrite", then="compact"),
     Case("stage", "s3", "v1", "error"),
     Case("stage", "local", "v2", "dynamic"),
     Case("stage", "local", "v1", "append", then="dedup"),
     Case("shards", "s3", "v1", "error"),
     Case("shards", "s3", "magic", "dynamic"),
-    Case("shards", "local", "v2", "overwrite"),
+    Case("shards", "local", "v2", "overwrite", then="compact"),
     Case("shards", "local", "v1", "append"),
     Case("key", "s3", "magic", "append", runs=2),
     Case("key", "s3", "v1", "dynamic", runs=2),
     Case("key", "local", "v2", "overwrite", runs=2, then="compact"),
-    Case("key", "local", "v1", "error", runs=2),
+    Case("key", "local", "v1", "error", runs=2, then="dedup"),
 ]
 
 
@@ -247,7 +247,9 @@ def test_a_stage_commits_once_and_every_consumer_sees_each_commit_once(case, req
             _maintain(case, target, conn)
             _assert_rows_once(target)
             assert watcher.pending() == [], "maintenance changes no row: the watcher fires nothing by default"
-            assert _poke(target, conn, job_id=job_ids[-1]) is not None, "the stage's commit is still its commit"
+            for found in (_poke(target, conn, job_id=job_ids[-1]), _deferred(target, conn, job_id=job_ids[-1])):
+                assert found["job_id"] == job_ids[-1], "the stage's commit is still found as its commit"
+            assert _poke(target, conn, verify_files=True) is not None, "the marker verifies after maintenance"
     finally:
         watcher.close()
 
@@ -279,3 +281,37 @@ def test_the_cases_cover_every_authoring_store_algorithm_and_mode_pair():
                      if (x, u, y, v) not in covered and (x, u, y, v) not in refused
                      and (y, v, x, u) not in refused)
     assert missing == [], f"pairs without a case: {missing}"
+
+
+#: The OpenLineage cells a stage's own run decides: sharded, magic on S3 (``dynamic``), ``error`` mode.
+LINEAGE_CASES = [c for c in CASES if c.dag_id in ("pair_shards_s3_magic_dynamic", "pair_deco_local_v2_error")]
+
+
+def test_openlineage_reports_each_commit_once_with_its_rows(request, airflow_db):
+    """Each case's run in one process whose OpenLineage events go through the file transport (the provider
+    decides at import whether it is enabled): only the commit task reports the output, once, with every row;
+    the failed write try (task 1's first) reports nothing as written."""
+    pytest.importorskip("airflow.providers.openlineage", reason="the optional openlineage extra is not installed")
+    from ..airflow.test_lineage import _run_dags
+    from airflow_commit_provider.operators.lineage import dataset_name
+
+    bucket = request.getfixturevalue("bucket")
+    targets = {c: _target(c, bucket) for c in LINEAGE_CASES}
+    for case, target in targets.items():
+        _calls_log(case.dag_id).unlink(missing_ok=True)
+        _dag_of(case, target)
+    runs = "\n".join(f"import pairs_{c.dag_id} as m\nprint('STATE', m.dag.test(logical_date=datetime({DAY.year}, "
+                     f"{DAY.month}, {DAY.day}, tzinfo=timezone.utc)).state)" for c in targets)
+    proc, events = _run_dags("datetime", f"from datetime import datetime, timezone\n{runs}",
+                             TEST_WORK / "openlineage-pairs.jsonl")
+    assert proc.stdout.count("STATE success") == len(targets), proc.stdout[-3000:] + proc.stderr[-3000:]
+    for case, target in targets.items():
+        _assert_rows_once(target)
+        commit = [e for e in events if e["job"]["name"].startswith(f"{case.dag_id}.") and
+                  e["job"]["name"].endswith(".commit") and e["eventType"] == "COMPLETE"]
+        [output] = [o for e in commit for o in e["outputs"]]
+        assert (output["namespace"], output["name"]) == dataset_name(target), case.dag_id
+        assert output["outputFacets"]["outputStatistics"]["rowCount"] == TASKS * ROWS, case.dag_id
+        writes = [e for e in events if e["job"]["name"].startswith(f"{case.dag_id}.") and ".write" in
+                  e["job"]["name"]]
+        assert writes and all(e["outputs"] == [] for e in writes), "only the commit publishes"
