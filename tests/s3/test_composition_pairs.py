@@ -61,14 +61,17 @@ class Case:
     m: str
     runs: int = 1
     then: str | None = None   # maintenance over the output: "compact" or "dedup"
+    pcols: bool | None = None   # partitioned by ``day`` (default: only in ``dynamic`` mode)
+    table: str | None = None   # table_format: "delta", "iceberg"
 
     @property
     def dag_id(self) -> str:
-        return f"pair_{self.w}_{self.s}_{self.a}_{self.m}" + (f"_{self.then}" if self.then else "")
+        return f"pair_{self.w}_{self.s}_{self.a}_{self.m}" + (f"_{self.then}" if self.then else "") + (
+            f"_{self.table}" if self.table else "")
 
     @property
     def partitioned(self) -> bool:
-        return self.m == "dynamic"
+        return self.m == "dynamic" if self.pcols is None else self.pcols
 
 
 CASES = [
@@ -101,11 +104,16 @@ def _calls_log(dag_id: str):
 
 
 def _rows(dag_id: str, task: int, ti) -> pa.Table:
-    """*ROWS* rows of task *task*; the first try of task 1 fails once it has counted its call (a retry)."""
-    with _calls_log(dag_id).open("a") as log:
-        log.write(f"{task} {ti.try_number}\n")
-    if task == 1 and ti.try_number == 1:
+    """*ROWS* rows of task *task*; the first call of task 1 in a test fails once it has counted itself (a retry;
+    a call log, not the try number: a DAG-run clear in ``dag.test()`` numbers tries from 1 again)."""
+    log = _calls_log(dag_id)
+    first = not log.exists() or not any(line.split()[0] == "1" for line in log.read_text().splitlines())
+    with log.open("a") as out:
+        out.write(f"{task} {ti.try_number}\n")
+    if task == 1 and first:
         raise RuntimeError("the first try of task 1 fails: its retry must commit it once")
+    if task == 2 and (TEST_WORK / f"fail-{dag_id}").exists():
+        raise RuntimeError("task 2 fails while its flag is set: the run fails, a clear recovers the others")
     return pa.table({"task": [task] * ROWS, "row": list(range(ROWS)), "day": [f"d{r % 2}" for r in range(ROWS)]})
 
 
@@ -114,6 +122,8 @@ def pair_dag(case: Case, target: str) -> DAG:
     conn = CONN if case.s == "s3" else None
     shared: dict[str, Any] = {"target": target, "conn_id": conn, "algorithm": case.a, "mode": case.m,
                               "partition_by": ["day"] if case.partitioned else ()}
+    if case.table:
+        shared.update(table_format=case.table, table_name="pairs.events" if case.table == "iceberg" else None)
     kwargs = [{"task": n} for n in range(TASKS)]
     with DAG(case.dag_id, schedule="@daily", start_date=DAY, catchup=False,
              default_args={"retries": 1, "retry_delay": timedelta(seconds=0)},
@@ -221,8 +231,8 @@ def test_a_stage_commits_once_and_every_consumer_sees_each_commit_once(case, req
         for run in range(case.runs):
             dr = dag.test(logical_date=DAY, run_after=DAY + timedelta(hours=run + 1))
             assert dr.state == "success", f"run {run + 1} of {case.dag_id}"
-            # the callable: every task once per run, task 1 twice in each run (its first try fails)
-            assert _calls(case) == {(t, 1): run + 1 for t in range(TASKS)} | {(1, 2): run + 1}
+            # the callable: every task once per run, and task 1 once more in the first (its first try fails)
+            assert _calls(case) == {(t, 1): run + 1 for t in range(TASKS)} | {(1, 2): 1}
             _assert_rows_once(target)
             manifest = _marker(target, verify_files=True)
             assert manifest["totals"]["rows"] == TASKS * ROWS and manifest["totals"]["tasks"] == TASKS
@@ -315,3 +325,131 @@ def test_openlineage_reports_each_commit_once_with_its_rows(request, airflow_db)
         writes = [e for e in events if e["job"]["name"].startswith(f"{case.dag_id}.") and ".write" in
                   e["job"]["name"]]
         assert writes and all(e["outputs"] == [] for e in writes), "only the commit publishes"
+
+
+# ------------------------------------------------------------------------------------ lifecycle across runs
+#: A failed run cleared, then a clear after success whose code partitions otherwise: per authoring style.
+LIFECYCLE_CASES = [
+    Case("ops", "local", "v2", "overwrite"),
+    Case("deco", "s3", "v1", "append"),
+    Case("shards", "s3", "magic", "overwrite"),
+    Case("key", "local", "v1", "append"),
+]
+
+
+@pytest.mark.parametrize("case", LIFECYCLE_CASES, ids=lambda c: c.dag_id.removeprefix("pair_"))
+def test_a_failed_run_cleared_recovers_then_a_clear_with_other_partition_columns_replaces_it(case, request,
+                                                                                           airflow_db):
+    """Run 1 fails (task 2 fails both tries; task 1's first try too): nothing visible, no event. Cleared, it
+    recovers tasks 0 and 1 (their code is not called again; with v2 they were withdrawn and run again), runs
+    task 2 and commits: one event, rows once, the view says which tasks were recovered. Cleared again after that success with the code now partitioning by
+    ``day``: a new generation, every task's code runs once more, the old files are replaced, one more event."""
+    bucket = request.getfixturevalue("bucket") if case.s == "s3" else None
+    conn = CONN if case.s == "s3" else None
+    target = _target(case, bucket)
+    _calls_log(case.dag_id).unlink(missing_ok=True)
+    flag = TEST_WORK / f"fail-{case.dag_id}"
+    flag.touch()
+    dag = _dag_of(case, target)
+    watcher = Watcher(CommittedOutputTrigger(target=target, conn_id=conn, poke_interval=0))
+    try:
+        assert dag.test(logical_date=DAY, run_after=DAY).state == "failed"
+        assert watcher.pending() == [] and _poke(target, conn) is None, "a failed run commits nothing"
+        if case.a != "v2":
+            assert sc.read_rows(target) == [], "nothing of a failed job is visible"
+
+        flag.unlink()
+        failed_run = _calls(case)
+        assert failed_run == {(0, 1): 1, (1, 1): 1, (1, 2): 1, (2, 1): 1, (2, 2): 1}
+        dr = dag.test(logical_date=DAY, run_after=DAY)   # the same run: Airflow clears it
+        assert dr.state == "success"
+        # v1, magic: tasks 0 and 1 are recovered (their code is not called again); v2's teardown withdrew the
+        # tasks it had published (user guide, "Commit status": ``withdrawn``), so the clear runs them again
+        rerun = {0, 1, 2} if case.a == "v2" else {2}
+        assert Counter(t for t, _ in (_calls(case) - failed_run).elements()) == {t: 1 for t in rerun}
+        _assert_rows_once(target)
+        manifest = _marker(target, verify_files=True)
+        recovered = {t: None if t in rerun else 0 for t in range(TASKS)}
+        assert {t["task"]: t["recovered_from_app"] for t in manifest["tasks"]} == recovered
+        assert watcher.next()["commit_id"] == manifest["job_uuid"] and watcher.pending() == []
+        state, statuses = _view(case.dag_id, dr.run_id)
+        assert (state, statuses) == ("committed", {t: "committed" if t in rerun else "recovered"
+                                                   for t in range(TASKS)})
+
+        dag = _dag_of(Case(case.w, case.s, case.a, case.m, pcols=True), target)
+        dr = dag.test(logical_date=DAY, run_after=DAY)
+        assert dr.state == "success"
+        before = sum(failed_run.values()) + len(rerun)
+        assert sum(_calls(case).values()) == before + TASKS, "a clear after success recomputes every task once"
+        _assert_rows_once(target)
+        again = _marker(target, verify_files=True)
+        assert again["generation"] == manifest["generation"] + 1 and again["replaced_generation"] == \
+            manifest["job_uuid"]
+        assert {f["path"].split("/", 1)[0] for f in again["files"]} == {"day=d0", "day=d1"}, \
+            "the new generation's files are partitioned; the old unpartitioned ones are gone"
+        assert watcher.next()["commit_id"] == again["job_uuid"] and watcher.pending() == []
+        assert _poke(target, conn, job_id=again["job_id"], verify_files=True)["job_uuid"] == again["job_uuid"]
+    finally:
+        watcher.close()
+        flag.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------------- tables
+#: Table stages by the authoring styles the example DAG does not use for that format.
+TABLE_CASES = [Case("deco", "local", "v1", "append", table="delta"),
+               Case("stage", "local", "v1", "append", table="iceberg", pcols=True)]
+
+
+def _table_rows(case: Case, target: str) -> list[dict[str, Any]]:
+    """The rows the table's own reader sees at its current version."""
+    if case.table == "delta":
+        import deltalake
+
+        return deltalake.DeltaTable(target).to_pyarrow_table().to_pylist()
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("commit_provider", uri=f"sqlite:///{target}/catalog.db", warehouse=f"file://{target}")
+    return catalog.load_table("pairs.events").scan().to_arrow().to_pylist()
+
+
+@pytest.mark.parametrize("case", TABLE_CASES, ids=lambda c: c.dag_id.removeprefix("pair_"))
+def test_a_table_stage_commits_one_transaction_per_run_and_every_consumer_sees_it(case, airflow_db):
+    """A Delta stage by ``@task.commit_stage``, an Iceberg stage by ``commit_stage`` (partitioned): one write try
+    fails and is retried; the run commits one table transaction (rows once through the format's reader), the
+    watcher fires once with that version, the sensor finds it, and the view names the version or snapshot. Cleared
+    after success, the run replaces its own rows in a second transaction: rows once, one more event."""
+    pytest.importorskip({"delta": "deltalake", "iceberg": "pyiceberg"}[case.table])
+    from airflow_commit_provider.protocol.tables import table_target
+
+    target = str(TEST_ROOT / case.dag_id / "events")
+    _calls_log(case.dag_id).unlink(missing_ok=True)
+    dag = _dag_of(case, target)
+    table = table_target(case.table, target, table_name="pairs.events" if case.table == "iceberg" else None)
+    watcher = Watcher(CommittedOutputTrigger(target=table.data_root, poke_interval=0))
+    try:
+        versions = []
+        for clear in range(2):
+            dr = dag.test(logical_date=DAY, run_after=DAY)   # the second: a clear after success
+            assert dr.state == "success"
+            rows = _table_rows(case, target)
+            assert Counter((r["task"], r["row"]) for r in rows) == {(t, r): 1 for t in range(TASKS)
+                                                                    for r in range(ROWS)}
+            manifest = _marker(table.data_root, verify_files=True)
+            event = watcher.next()
+            assert event["commit_id"] == manifest["job_uuid"] and watcher.pending() == []
+            version = manifest["table"].get("version", manifest["table"].get("snapshot_id"))
+            assert event["table"] == manifest["table"] and version is not None
+            versions.append(version)
+            found = _poke(table.data_root, None, job_id=manifest["job_id"], verify_files=True)
+            assert found["job_uuid"] == manifest["job_uuid"]
+            from airflow_commit_provider.plugins import app as plugin_app
+
+            model = plugin_app.build_model(case.dag_id, dr.run_id, "v")
+            [stage] = model.summary.stages
+            kind = "version" if case.table == "delta" else "snapshot"
+            assert stage.state == "committed" and f"{case.table} " in stage.table and \
+                stage.table.endswith(f"{kind} {version}"), stage.table
+        assert len(set(versions)) == 2, "each run made its own transaction"
+        assert sum(_calls(case).values()) == 2 * TASKS + 1, "every task once per run, task 1's failed try once"
+    finally:
+        watcher.close()
