@@ -127,6 +127,43 @@ class CommitLineageMixin:
         return SchemaDatasetFacet(fields=fields)
 
 
+class MaintenanceLineageMixin:
+    """``get_openlineage_facets_on_complete`` for the maintenance operators (compaction, deduplication): a job
+    that rewrote files of its target reads and writes that one dataset, so the target is its input and its output.
+    The output carries ``outputStatistics`` of the files it wrote (a compaction's merged files; none for a
+    deduplication, which only deletes) and no ``lifecycleStateChange``: no committed row was added or removed.
+    A run that changed nothing (a dry run, nothing to compact) reports the target as input only."""
+
+    #: set by ``execute``: the target's URL, and the files and bytes written (``None``: nothing was changed)
+    _maintained: tuple[str, dict[str, int] | None] | None = None
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        from airflow.providers.common.compat.openlineage.facet import (
+            InputDataset,
+            OutputDataset,
+            OutputStatisticsOutputDatasetFacet,
+        )
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        if self._maintained is None:
+            return OperatorLineage()
+        url, written = self._maintained
+        namespace, name = dataset_name(url)
+        inputs = [InputDataset(namespace=namespace, name=name)]
+        if written is None:
+            return OperatorLineage(inputs=inputs)
+        stats = OutputStatisticsOutputDatasetFacet(rowCount=written.get("rows"), size=written.get("bytes"),
+                                                   fileCount=written.get("files", 0))
+        return OperatorLineage(inputs=inputs, outputs=[OutputDataset(namespace=namespace, name=name,
+                                                                     outputFacets={"outputStatistics": stats})])
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """A failed maintenance run changed nothing visible (it is a job of the protocol): no output."""
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        return OperatorLineage()
+
+
 @functools.cache
 def replaced_generation_facet_class() -> type:
     """``ReplacedGenerationDatasetFacet``: an OpenLineage dataset facet (built on first use, so that nothing of

@@ -16,9 +16,10 @@ from ..protocol.maintenance.compaction import compact
 from ..protocol.maintenance.dedup import find_duplicates, remove_duplicates, summary_lines
 from .failures import fail_fast_on_deterministic_errors
 from .identity import job_names, make_job_id
+from .lineage import MaintenanceLineageMixin
 
 
-class DeduplicateOutputOperator(BaseOperator):
+class DeduplicateOutputOperator(MaintenanceLineageMixin, BaseOperator):
     """Report (``apply=False``, the default) or remove duplicate task outputs: files proven to be the same task of
     the same job twice, by the writer's naming rules and this provider's commit logs (``protocol.dedup``). The
     dry run returns the plan the apply carries out; with ``apply=True`` the plan runs as a job of the protocol
@@ -45,15 +46,18 @@ class DeduplicateOutputOperator(BaseOperator):
                       " (unfinished by an earlier run: finishing it)" if plan.pending else "", len(plan.deletions))
         for line in summary_lines(plan):
             self.log.info("%s%s", "" if self.apply or not line.startswith("delete") else "would ", line)
+        self._maintained = (store.url(), None)
         if not self.apply:
             return {**plan.to_doc(), "dry_run": True}
         result = remove_duplicates(store, plan)
+        if plan.deletions:
+            self._maintained = (store.url(), {"files": 0})
         for skipped in result["applied"]["skipped"]:
             self.log.warning("skipped %s: %s", skipped["path"], skipped["why"])
         return result
 
 
-class CompactOutputOperator(BaseOperator):
+class CompactOutputOperator(MaintenanceLineageMixin, BaseOperator):
     """Merge small Parquet files per partition into files of about *target_size* bytes, through the commit
     protocol (:mod:`~airflow_commit_provider.protocol.maintenance.compaction`): each merge is a task attempt, the small files
     are replaced at job commit only. The first try fixes the merge groups; a retry is a new application attempt
@@ -81,6 +85,9 @@ class CompactOutputOperator(BaseOperator):
         with fail_fast_on_deterministic_errors():
             committer = CommitStorageHook(self.conn_id).make_committer(self.target, job_id, config)
             result = compact(committer, context["ti"].try_number, self.target_size)
+        totals = result.get("totals") if result["state"] == "committed" else None
+        self._maintained = (committer.store.url(), None if totals is None else
+                            {k: totals[k] for k in ("rows", "bytes", "files") if k in totals})
         self.log.info("compaction %s: %s: %s groups merged from %s small files", job_id, result["state"],
                       result.get("groups"), result.get("inputs"))
         return {k: v for k, v in result.items() if k != "files"}

@@ -225,12 +225,12 @@ def test_asset_event_carries_the_commit_summary(dags):
                                                                     ("files", "rows", "bytes"))
 
 
-def test_dedup_then_compaction_operators(dags):
+def hive_output_with_a_duplicate(root: str) -> list[int]:
+    """Eight Hive-named files of one job in ``ds=1``, task 2 twice (a speculative duplicate): the row ids once."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    root = target("ct_maintenance")
-    ids = []
+    ids: list[int] = []
     for i in range(8):
         rows = list(range(len(ids), len(ids) + 3))
         ids += rows
@@ -241,6 +241,14 @@ def test_dedup_then_compaction_operators(dags):
     os.rename(f"{root}/ds=1/000002_1", f"{root}/ds=1/000002_1.parquet")
     for i in (0, 1, 3, 4, 5, 6, 7):
         os.rename(f"{root}/ds=1/{i:06d}_0", f"{root}/ds=1/{i:06d}_0.parquet")
+    return ids
+
+
+def test_dedup_then_compaction_operators(dags):
+    import pyarrow.parquet as pq
+
+    root = target("ct_maintenance")
+    ids = hive_output_with_a_duplicate(root)
     dr = dags.ct_maintenance.test()
     assert dr.state == "success", states(dr)
     got = pq.read_table(root).column("id").to_pylist()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -186,3 +187,28 @@ def test_a_rerun_that_replaced_its_own_generation_says_so(airflow_db):
               - e["outputs"][0]["facets"].get("commitProvider_replacedGeneration", {}).get("rowCount", 0)
               for e in complete)
     assert net == len(sc.read_rows(str(target))) == 40
+
+
+@pytest.mark.airflow
+def test_maintenance_reads_and_rewrites_its_target(airflow_db):
+    """``ct_maintenance``: a deduplication that deletes one file, then a compaction merging eight into one. Each
+    reports the target as its input and its output; the compaction's output carries the statistics of the file it
+    wrote (every row, once), the deduplication's none written; neither says the dataset was overwritten."""
+    from .test_dag_test import hive_output_with_a_duplicate
+
+    root = TEST_ROOT / "ct_maintenance"
+    shutil.rmtree(root, ignore_errors=True)
+    ids = hive_output_with_a_duplicate(str(root))
+    proc, events = _run_dags("commit_test_dags", 'print("STATE", commit_test_dags.ct_maintenance.test().state)',
+                             TEST_WORK / "openlineage-maintenance.jsonl")
+    assert "STATE success" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    want = ("file", str(root))
+    for task, files, rows in (("dedup", 0, None), ("compact", 1, len(ids))):
+        [done] = [e for e in events if e["job"]["name"] == f"ct_maintenance.{task}" and
+                  e["eventType"] == "COMPLETE"]
+        assert [(i["namespace"], i["name"]) for i in done["inputs"]] == [want], task
+        [output] = done["outputs"]
+        assert (output["namespace"], output["name"]) == want, task
+        stats = output["outputFacets"]["outputStatistics"]
+        assert (stats["fileCount"], stats.get("rowCount")) == (files, rows), task
+        assert "lifecycleStateChange" not in output.get("facets", {}), task

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import json
+import shutil
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -309,6 +309,7 @@ def test_openlineage_reports_each_commit_once_with_its_rows(request, airflow_db)
     targets = {c: _target(c, bucket) for c in LINEAGE_CASES}
     for case, target in targets.items():
         _calls_log(case.dag_id).unlink(missing_ok=True)
+        shutil.rmtree(TEST_ROOT / case.dag_id, ignore_errors=True)   # error mode: an earlier test's output
         _dag_of(case, target)
     runs = "\n".join(f"import pairs_{c.dag_id} as m\nprint('STATE', m.dag.test(logical_date=datetime({DAY.year}, "
                      f"{DAY.month}, {DAY.day}, tzinfo=timezone.utc)).state)" for c in targets)
