@@ -6,10 +6,7 @@ the user callables ran once per task per run."""
 
 from __future__ import annotations
 
-import importlib
 import json
-import shutil
-import sys
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 
@@ -17,7 +14,7 @@ import pytest
 
 from airflow_commit_provider.protocol import read_success_marker
 
-from ..conftest import DAGS_FOLDER, TEST_ROOT, TEST_WORK
+from ..conftest import TEST_ROOT, TEST_WORK, fresh_test_dags
 from ..protocol import scenario as sc
 
 pytestmark = pytest.mark.airflow
@@ -27,11 +24,7 @@ TASKS = {"decorated": 2, "sharded": 4, "keyed": 2}
 
 @pytest.fixture
 def dags(airflow_db):
-    if str(DAGS_FOLDER) not in sys.path:
-        sys.path.insert(0, str(DAGS_FOLDER))
-    for path in list(TEST_WORK.iterdir()) + list(TEST_ROOT.iterdir()):
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-    return importlib.import_module("sensor_stage_test_dags")
+    return fresh_test_dags("sensor_stage_test_dags")
 
 
 def test_sensors_wait_on_decorated_sharded_and_keyed_stages(dags):
