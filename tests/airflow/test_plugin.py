@@ -278,11 +278,12 @@ def test_the_view_shows_the_shards_of_each_task_instance(tmp_path):
     assert unsharded.summary.shards_per_task == 1
 
 
-def test_a_table_stage_shows_the_version_its_commit_produced(tmp_path):
-    pytest.importorskip("deltalake")
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_table_stage_shows_the_version_its_commit_produced(tmp_path, fmt):
+    pytest.importorskip({"delta": "deltalake", "iceberg": "pyiceberg"}[fmt])
     from airflow_commit_provider.protocol.tables import table_target
 
-    table = table_target("delta", str(tmp_path / "events"))
+    table = table_target(fmt, str(tmp_path / "events"), table_name="ns.events" if fmt == "iceberg" else None)
     c = FileOutputCommitter(table.data_root, "job", mode="append", partition_by=["day"], table=table)
     for generation in (0, 1):   # the run, then a clear after success: the view names the newest version
         c.setup_job()
@@ -290,7 +291,11 @@ def test_a_table_stage_shows_the_version_its_commit_produced(tmp_path):
         assert _stage(c, _writes(["success"])).summary.table is None   # not committed yet: no version to show
         c.commit_job(1)
         shown = _stage(c, _writes(["success"]), run_state="success").summary.table
-        assert shown == f"delta {tmp_path / 'events'} version {generation}"
+        if fmt == "delta":
+            assert shown == f"delta {tmp_path / 'events'} version {generation}"
+        else:   # the snapshot the table's own reader has as current
+            current = table.catalog.load_table("ns.events").current_snapshot().snapshot_id
+            assert shown == f"iceberg ns.events snapshot {current}"
 
 
 def test_a_failed_job_commit_shows_its_stage_and_error(tmp_path):
