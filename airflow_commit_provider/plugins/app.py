@@ -25,6 +25,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import FileResponse
 
 from . import airflow_state
+from .generations import run_generation
 from .read_model import FilePage, RunModel, RunStatus, StageModel, TaskPage, TaskStatus, Version
 
 log = logging.getLogger(__name__)
@@ -62,14 +63,16 @@ def _committer(setup: dict[str, Any]) -> Any:
 
 
 def _stage_job(setup: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """A stage's name and its job state read from its storage (``unreadable`` with the error instead of failing
-    the page)."""
+    """A stage's name and its job state read from its storage, as of the generation this run set up
+    (:func:`~.generations.run_generation`; ``unreadable`` with the error instead of failing the page)."""
     from ..operators.setup_context import SetupContext
 
     ctx = None
     try:
         ctx = SetupContext.from_xcom(setup)
-        return ctx.job_name or "", _committer(setup).status()
+        committer = _committer(setup)
+        return ctx.job_name or "", run_generation(committer.status(), ctx.job_uuid, ctx.generation,
+                                                  committer.commit_log)
     except Exception as exc:
         return ((ctx.job_name if ctx else None) or "", {"state": "unreadable", "error": f"{type(exc).__name__}: {exc}",
                 "job_id": ctx.job_id if ctx else setup.get("job_id"),

@@ -120,6 +120,9 @@ class Stage(BaseModel):
     #: a table target's committed transaction, in words: ``delta /lake/events version 3``, ``iceberg lake.events
     #: snapshot 4242...``; ``None`` for a directory of files or a job not committed yet
     table: str | None = None
+    #: the run and generation that replaced this run's generation of the job (a later run of its ``job_key``):
+    #: the stage then shows its own generation's summary, none of the newer one's tasks (:mod:`.generations`)
+    replaced_by: str | None = None
 
 
 class RunStatus(BaseModel):
@@ -303,6 +306,10 @@ def _numbers(ns: Sequence[int]) -> str:
 def next_steps(job: Mapping[str, Any], rows: Sequence[TaskRow], commit_ti: TaskInstanceRow | None) -> list[str]:
     """What a clear or a retry would do now, in a sentence or two."""
     state = job.get("state")
+    if job.get("replaced_by"):
+        return [f"This run's generation {job.get('generation')} of job {job.get('job_id')} "
+                f"{'committed, then was' if state == 'committed' else 'was'} replaced by {job['replaced_by']} "
+                "(the same job_key): the target holds that run's rows now; its Commit status shows its tasks."]
     v2 = str(job.get("algorithm")) == "2"
     app = job.get("app_attempt")
     done = [r.task for r in rows if r.status in DONE]
@@ -382,7 +389,7 @@ class StageModel:
                  commit_summary: Mapping[str, Any] | None) -> None:
         roles = stage_roles(setup_task_id, snapshot.task_instances)
         shards = shards_per_task(job)
-        self.rows = task_rows(job, roles["writes"], shards)
+        self.rows = [] if job.get("replaced_by") else task_rows(job, roles["writes"], shards)
         self.files = [f for f in job.get("files") or [] if isinstance(f, dict)]
         counts = Counter(r.status for r in self.rows)
         aborted = job.get("aborted")
@@ -405,7 +412,7 @@ class StageModel:
             if isinstance(failure, dict) else None,
             next_steps=next_steps(job, self.rows, roles.get("commit")),
             partial_output_visible=str(job.get("algorithm")) == "2", files_total=len(self.files),
-            shards_per_task=shards, table=table_text(job.get("table")))
+            shards_per_task=shards, table=table_text(job.get("table")), replaced_by=job.get("replaced_by"))
 
     def page(self, version: str, status: str | None, offset: int, limit: int, task: int | None,
              map_index: int | None = None) -> TaskPage:

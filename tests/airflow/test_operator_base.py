@@ -390,6 +390,12 @@ def test_a_failed_runs_teardown_says_how_to_remove_what_it_kept(tmp_path):
 BAD_TABLE = [
     ({"table_format": "hudi"}, "table_format='hudi'", "use one of delta, iceberg"),
     ({"table_format": "delta", "algorithm": 2}, "algorithm=2", "use algorithm 1"),
+    ({"table_format": "iceberg", "table_name": "ns.t", "algorithm": 2}, "algorithm=2", "use algorithm 1"),
+    # on S3, where the magic committer is otherwise allowed
+    ({"table_format": "delta", "algorithm": "magic", "target": "s3://lake/events"}, "algorithm='magic'",
+     "use algorithm 1"),
+    ({"table_format": "iceberg", "table_name": "ns.t", "algorithm": "magic", "target": "s3://lake/wh"},
+     "algorithm='magic'", "use algorithm 1"),
     ({"table_format": "delta", "table_name": "ns.t"}, "table_name='ns.t'", "is an Iceberg parameter"),
     ({"table_format": "iceberg", "table_name": "events"}, "table_name='events'", "table_name='namespace.table'"),
     ({"table_format": "iceberg", "table_name": "ns.t", "catalog": {"type": "sql"}, "catalog_conn_id": "c"},
@@ -398,10 +404,12 @@ BAD_TABLE = [
 ]
 
 
-@pytest.mark.parametrize("params,shown,why", BAD_TABLE, ids=[p for _, p, _ in BAD_TABLE])
+@pytest.mark.parametrize("params,shown,why", BAD_TABLE,
+                         ids=[f"{p.get('table_format')}-{shown}" for p, shown, _ in BAD_TABLE])
 def test_a_bad_table_parameter_fails_at_construction_naming_it(params, shown, why):
+    params = {"target": "/data/events", **params}
     with _dag("opbase_table") as dag, pytest.raises(InvalidOutputSpec) as raised:
-        commit_stage("events", target="/data/events", python_callable=load_shard, **params)
+        commit_stage("events", python_callable=load_shard, **params)
     assert str(raised.value).startswith(f"commit_stage('events'): {shown}: ") and why in str(raised.value)
     assert dag.task_ids == []
 

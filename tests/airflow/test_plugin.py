@@ -278,11 +278,12 @@ def test_the_view_shows_the_shards_of_each_task_instance(tmp_path):
     assert unsharded.summary.shards_per_task == 1
 
 
-def test_a_table_stage_shows_the_version_its_commit_produced(tmp_path):
-    pytest.importorskip("deltalake")
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_table_stage_shows_the_version_its_commit_produced(tmp_path, fmt):
+    pytest.importorskip({"delta": "deltalake", "iceberg": "pyiceberg"}[fmt])
     from airflow_commit_provider.protocol.tables import table_target
 
-    table = table_target("delta", str(tmp_path / "events"))
+    table = table_target(fmt, str(tmp_path / "events"), table_name="ns.events" if fmt == "iceberg" else None)
     c = FileOutputCommitter(table.data_root, "job", mode="append", partition_by=["day"], table=table)
     for generation in (0, 1):   # the run, then a clear after success: the view names the newest version
         c.setup_job()
@@ -290,7 +291,11 @@ def test_a_table_stage_shows_the_version_its_commit_produced(tmp_path):
         assert _stage(c, _writes(["success"])).summary.table is None   # not committed yet: no version to show
         c.commit_job(1)
         shown = _stage(c, _writes(["success"]), run_state="success").summary.table
-        assert shown == f"delta {tmp_path / 'events'} version {generation}"
+        if fmt == "delta":
+            assert shown == f"delta {tmp_path / 'events'} version {generation}"
+        else:   # the snapshot the table's own reader has as current
+            current = table.catalog.load_table("ns.events").current_snapshot().snapshot_id
+            assert shown == f"iceberg ns.events snapshot {current}"
 
 
 def test_a_failed_job_commit_shows_its_stage_and_error(tmp_path):
@@ -307,3 +312,35 @@ def test_a_failed_job_commit_shows_its_stage_and_error(tmp_path):
     run_task_attempt(c, 1, 1, _produce(1, 1))
     c.commit_job(2)
     assert _stage(c, _writes(["success", "success"]), run_state="success").summary.commit_failure is None
+
+
+def test_a_generation_replaced_while_the_next_one_writes_is_shown_as_committed_and_a_purged_one_as_absent(tmp_path):
+    """The rule of ``plugins/generations.py`` at each state of the next generation: while it is being written
+    (its job record current) and once it committed, the replaced generation is its own commit log summary,
+    ``committed``, with no task rows; a generation no record keeps (the job purged since) is ``absent``. Both say
+    what replaced them."""
+    from airflow_commit_provider.plugins.generations import run_generation
+
+    c = _committer(tmp_path / "out")
+    first = c.setup_job()
+    run_task_attempt(c, 0, 1, _produce(0, 1))
+    c.commit_job(1)
+    second = c.setup_job()   # a clear after success, or the key's next run: generation 1, writing
+    assert second.generation == 1 and second.job_uuid != first.job_uuid
+
+    def seen(job_uuid: str, generation: int, state: str = "running") -> StageModel:
+        job = run_generation(c.status(), job_uuid, generation, c.commit_log)
+        return StageModel("stage.setup", "stage", job, RunSnapshot(state, _writes(["success"])), None)
+
+    for step in ("writing", "committed"):
+        if step == "committed":
+            run_task_attempt(c, 0, 1, _produce(0, 1))
+            c.commit_job(1)
+        old = seen(first.job_uuid, 0, "success").summary
+        assert (old.state, old.job_uuid, old.generation, old.replaced_by) == ("committed", first.job_uuid, 0,
+                                                                             "generation 1"), step
+        assert old.totals is not None and old.totals.rows == sc.ROWS and old.tasks_total == 0, step
+        assert "replaced by generation 1" in old.next_steps[0]
+        assert seen(second.job_uuid, 1).summary.replaced_by is None, "the current generation is shown as it is"
+    gone = seen("no-such-generation", 0, "success").summary
+    assert (gone.state, gone.replaced_by, gone.tasks_total) == ("absent", "generation 1", 0)

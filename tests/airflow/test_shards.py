@@ -222,3 +222,45 @@ def test_table_stages_with_shards_retry_a_shard_and_a_keyed_second_run_replaces_
             assert transactions(cfg) == n + 1, f"{stage}: one transaction per job commit"
     assert calls("sh_tables") == {**{(k, 1): 4 for k in range(tasks)}, (1, 2): 2, (5, 2): 2}, \
         "per stage: every shard once per run, plus the failed shards' retries in the first run"
+
+
+@pytest.mark.parametrize("dag_id", ["sh_operator", "sh_decorator"])
+def test_a_sharded_run_that_failed_then_was_cleared_recovers_the_committed_shards(dags, dag_id):
+    """Shard 2 of write instance 1 (task 6) fails both tries: instance 1 fails with shards 4, 5 and 7 committed,
+    instances 0 and 2 succeed, the job commit does not run, the teardown keeps the committed shards and nothing
+    is visible. The run is cleared (dag.test on the same logical date): every shard but task 6 is recovered (the
+    user code is not called again for it), task 6 runs once more, and the job commits each row once."""
+    from datetime import datetime, timezone
+
+    when = datetime(2024, 5, 1, tzinfo=timezone.utc)
+    failing = 1 * SHARDS + 2
+    for tr in (1, 2):
+        (TEST_WORK / f"fail-{dag_id}-{failing}-{tr}").touch()
+    dr = getattr(dags, dag_id).test(logical_date=when, run_after=when)
+    st = states(dr)
+    write = "write" if dag_id == "sh_operator" else "load"
+    assert dr.state == "failed", st
+    assert [st[f"{write}.write[{i}]"][0] for i in range(INSTANCES)] == ["success", "failed", "success"], st
+    assert st[f"{write}.commit[-1]"][0] == "upstream_failed" and st[f"{write}.abort[-1]"][0] == "success", st
+    root = str(TEST_ROOT / dag_id)
+    assert sc.read_rows(root) == [], "nothing of the failed job is visible"
+    before = calls(dag_id)
+    assert before == {**{(t, 1): 1 for t in range(INSTANCES * SHARDS)}, (failing, 2): 1}, \
+        "the retry called the failed shard only"
+    for tr in (1, 2):
+        (TEST_WORK / f"fail-{dag_id}-{failing}-{tr}").unlink()
+
+    dr = getattr(dags, dag_id).test(logical_date=when, run_after=when)   # the whole run cleared
+    assert dr.state == "success", states(dr)
+    after = calls(dag_id) - before
+    assert sum(after.values()) == 1 and {task for task, _ in after} == {failing}, \
+        f"after the clear only the shard that never committed ran; the others were recovered: {after}"
+    rows = sc.read_rows(root)
+    sc.assert_exactly_once(rows, tasks=INSTANCES * SHARDS, per_task=ROWS)
+    (rerun_try,) = {tr for _, tr in after}
+    assert {r["task"]: r["attempt"] for r in rows} == {t: rerun_try if t == failing else 1
+                                                       for t in range(INSTANCES * SHARDS)}
+    manifest = read_success_marker(root, verify_files=True)
+    recovered = {t["task"]: t["recovered_from_app"] for t in manifest["tasks"]}
+    assert recovered == {t: None if t == failing else 0 for t in range(INSTANCES * SHARDS)}
+    assert manifest["app_attempt"] == 1 and manifest["totals"]["tasks"] == INSTANCES * SHARDS

@@ -105,6 +105,7 @@ def test_a_job_commit_resumed_after_its_transaction_landed_satisfies_once(table,
     assert w.pending() == []
     killed = run({**table, "tasks": 3}, "table_commit.after=exit")
     assert killed.returncode == FAULT_EXIT_CODE, killed.stderr
+    killed_uuid = committer_for(table).job_record().job_uuid
     assert transactions(table) == 1 and rows(table) == expected()
     assert poke(root) is None and poke(root, verify_files=True) is None, "no marker before the commit finished"
     assert w.pending() == []
@@ -117,6 +118,8 @@ def test_a_job_commit_resumed_after_its_transaction_landed_satisfies_once(table,
         assert listed(manifest) == referenced_now(table)
     event = w.next()
     assert event["job_id"] == "events-1" and event["table"]["already_committed"] is True
+    assert event["commit_id"] == read_success_marker(root)["job_uuid"] == killed_uuid, \
+        "the event carries the generation's commit id, the one the killed commit started"
     assert w.pending() == [], "one event for one transaction"
     assert run({**table, "tasks": 3, "phase": "commit"}).returncode == 0
     assert w.pending() == [] and transactions(table) == 1
