@@ -15,6 +15,7 @@ from .errors import CommitProtocolError, InvalidOutputSpec, OverlappingRun
 from .faults import inject
 from .job import Job
 from .layout import COMMITS
+from .maintenance.provenance import resolve_replaced
 from .owners import RunFinished, still_running
 from .paths import check_relative
 from .records.inputs import record_inputs
@@ -162,7 +163,11 @@ def create_job_record(scope: Job, replace_files: list[str], replace_first: bool)
     # Never reuse an application attempt directory a zombie of a purged generation may have re-created.
     first_app = max([first_app] + [int(n) + 1 for n in scope.store.list_dir(scope.layout.job_dir) if n.isdigit()])
     if scope.mode.claims_target:
-        scope.check_empty(set(replaces.files) if replaces else set())
+        own = set(replaces.files) if replaces else set()
+        if own:   # its own files, also where a compaction merged them (:mod:`.maintenance.provenance`)
+            visible = scope.visible_files()
+            own = resolve_replaced(scope.store, own, visible, set(), scope.job_id, replaces.generation)
+        scope.check_empty(own)
     inputs = record_inputs(scope.store, replace_files, scope.job_id) if replace_files else ()
     scope.store.ensure_root()
     identity = scope.identity()

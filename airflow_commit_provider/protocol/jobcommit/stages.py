@@ -20,6 +20,7 @@ from ..errors import CorruptRecord, InvalidOutputSpec, JobIncomplete
 from ..faults import mid_delete
 from ..job import Job
 from ..layout import SUCCESS, TEMPORARY, task_name
+from ..maintenance.provenance import resolve_replaced
 from ..parallel import parallel
 from ..paths import join, partition_of
 from ..records.inputs import check_unchanged
@@ -112,14 +113,16 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
             check_table(scope, job, recs.values())
             return self._fix(recs, set(), marker_dirs_above(dsts))
         check_one_schema(scope, job, recs.values())
-        replaced = job.replaced_files
         replace_files = set(job.replace_files)  # e.g. the small files a compaction merged
         visible = scope.visible_files()
         strays = scope.publisher.strays(visible, dsts, job.job_uuid)
         mode = scope.mode
+        deletions = mode.replaced(visible, dsts)
+        # the replaced generation's files, and the merged files holding their rows when a compaction merged them
+        replaced = resolve_replaced(scope.store, job.replaced_files, visible, deletions, job.job_id,
+                                    job.replaces.generation if job.replaces else None)
         if mode.claims_target:
             scope.check_empty(replaced | dsts | strays, visible)
-        deletions = mode.replaced(visible, dsts)
         if mode.refuses_clobber and not scope.publisher.publishes_at_task_commit:
             clobbered = sorted(p for p in dsts if p in visible and p not in replaced)
             if clobbered:
