@@ -19,6 +19,7 @@ import importlib
 import shutil
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -63,10 +64,12 @@ class Case:
     then: str | None = None   # maintenance over the output: "compact" or "dedup"
     pcols: bool | None = None   # partitioned by ``day`` (default: only in ``dynamic`` mode)
     table: str | None = None   # table_format: "delta", "iceberg"
+    tag: str = "pair"   # the DAG id's prefix: another module's cases are other DAGs
+    n: int = TASKS   # shards_per_task of ``shards`` (one write task instance) and ``deco_shards``
 
     @property
     def dag_id(self) -> str:
-        return f"pair_{self.w}_{self.s}_{self.a}_{self.m}" + (f"_{self.then}" if self.then else "") + (
+        return f"{self.tag}_{self.w}_{self.s}_{self.a}_{self.m}" + (f"_{self.then}" if self.then else "") + (
             f"_{self.table}" if self.table else "")
 
     @property
@@ -117,8 +120,10 @@ def _rows(dag_id: str, task: int, ti) -> pa.Table:
     return pa.table({"task": [task] * ROWS, "row": list(range(ROWS)), "day": [f"d{r % 2}" for r in range(ROWS)]})
 
 
-def pair_dag(case: Case, target: str) -> DAG:
-    """The stage of *case* writing *target*: TASKS write tasks (for ``shards``: TASKS shards of one instance)."""
+def pair_dag(case: Case, target: str, load: Callable[[Case], Callable[..., Any]] | None = None) -> DAG:
+    """The stage of *case* writing *target*: TASKS write tasks (for ``shards``: TASKS shards of one instance);
+    *load* makes the write callable of the case (default: :func:`_rows`, task 1's first try failing)."""
+    load = load or _load
     conn = CONN if case.s == "s3" else None
     shared: dict[str, Any] = {"target": target, "conn_id": conn, "algorithm": case.a, "mode": case.m,
                               "partition_by": ["day"] if case.partitioned else ()}
@@ -131,19 +136,22 @@ def pair_dag(case: Case, target: str) -> DAG:
         if case.w == "ops":
             ops = {**shared, "job_name": "events"}
             setup = CommitSetupOperator(task_id="setup", **ops)
-            write = CommitWriteOperator.partial(task_id="write", python_callable=_load(case), **ops).expand(
+            write = CommitWriteOperator.partial(task_id="write", python_callable=load(case), **ops).expand(
                 op_kwargs=kwargs)
             commit = CommitJobOperator(task_id="commit", write_task_id="write", **ops)
             abort = CommitAbortOperator(task_id="abort", commit_task_id="commit", **ops)
             setup >> write >> commit >> abort.as_teardown(setups=setup)
         elif case.w == "deco":
-            commit_stage_task(group_id="events", write_retries=1, **shared)(_load(case)).expand_kwargs(kwargs)
+            commit_stage_task(group_id="events", write_retries=1, **shared)(load(case)).expand_kwargs(kwargs)
+        elif case.w == "deco_shards":   # one decorated task instance of n shards
+            commit_stage_task(group_id="events", write_retries=1, shards_per_task=case.n, **shared)(
+                _load_shard(case))()
         elif case.w == "shards":
-            commit_stage("events", python_callable=_load_shard(case), shards_per_task=TASKS, write_retries=1,
+            commit_stage("events", python_callable=_load_shard(case), shards_per_task=case.n, write_retries=1,
                          **shared)
         else:   # stage, key
             key = "{{ data_interval_start }}" if case.w == "key" else None
-            commit_stage("events", python_callable=_load(case), expand_op_kwargs=kwargs, write_retries=1,
+            commit_stage("events", python_callable=load(case), expand_op_kwargs=kwargs, write_retries=1,
                          job_key=key, **shared)
     return dag
 
@@ -160,13 +168,15 @@ def _load_shard(case: Case):
     return load
 
 
-def _dag_of(case: Case, target: str) -> DAG:
-    """The DAG from a file in the session's DAGs folder (``dag.test()`` runs DAGs of a bundle only)."""
+def _dag_of(case: Case, target: str, factory: str = "tests.s3.test_composition_pairs.pair_dag") -> DAG:
+    """The DAG *factory* (a dotted name) makes of *case*, from a file in the session's DAGs folder
+    (``dag.test()`` runs DAGs of a bundle only)."""
     module = f"pairs_{case.dag_id}"
+    home, name = factory.rsplit(".", 1)
     (DAGS_FOLDER / f"{module}.py").write_text(
-        '"""An airflow DAG of tests/s3/test_composition_pairs.py (safe mode reads files naming both)."""\n'
-        "from tests.s3.test_composition_pairs import Case, pair_dag\n\n"
-        f"dag = pair_dag({case!r}, {target!r})\n")
+        f'"""An airflow DAG of {home} (safe mode reads files naming both)."""\n'
+        f"from tests.s3.test_composition_pairs import Case\nfrom {home} import {name}\n\n"
+        f"dag = {name}({case!r}, {target!r})\n")
     if str(DAGS_FOLDER) not in sys.path:
         sys.path.insert(0, str(DAGS_FOLDER))
     sys.modules.pop(module, None)
@@ -454,3 +464,111 @@ def test_a_table_stage_commits_one_transaction_per_run_and_every_consumer_sees_i
         assert sum(_calls(case).values()) == 2 * TASKS + 1, "every task once per run, task 1's failed try once"
     finally:
         watcher.close()
+
+
+# ------------------------------------------------------------------------------------ a changed shard count
+#: Sharded stages whose DAG changes ``shards_per_task`` between a failed run and its clear: a table target, S3
+#: (magic), and the decorator (v2, whose teardown withdrew what its tasks published).
+SHARD_CHANGE_CASES = [Case("shards", "local", "v1", "append", table="delta"),
+                      Case("shards", "s3", "magic", "append"),
+                      Case("deco_shards", "local", "v2", "overwrite")]
+
+
+@pytest.mark.parametrize("case", SHARD_CHANGE_CASES, ids=lambda c: c.dag_id.removeprefix("pair_"))
+def test_a_clear_after_the_shard_count_changed_is_refused_before_any_code_runs_and_either_advice_works(
+        case, request, airflow_db):
+    """Run 1 fails with shards 0 and 1 committed (shard 2 fails both tries). The DAG is edited to 2 shards and
+    the run cleared: the setup refuses at once (a deterministic error: no retry), before any user code, and
+    nothing becomes visible. Followed, the refusal's advice works both ways: "restore shards_per_task" (the clear
+    then recovers shards 0 and 1 and commits once; v2 re-runs what its teardown withdrew) and "start another job
+    (a new run)" (the 2-shard run commits its own job)."""
+    from ..airflow.test_ensure_target import states
+
+    if case.table:
+        pytest.importorskip("deltalake")
+    bucket = request.getfixturevalue("bucket") if case.s == "s3" else None
+    target = _target(case, bucket)
+    shutil.rmtree(TEST_ROOT / case.dag_id, ignore_errors=True)
+    _calls_log(case.dag_id).unlink(missing_ok=True)
+    flag = TEST_WORK / f"fail-{case.dag_id}"
+    flag.touch()
+
+    def visible() -> Counter:
+        rows = _table_rows(case, target) if case.table else sc.read_rows(target)
+        return Counter((r["task"], r["row"]) for r in rows)
+
+    def nothing_visible() -> None:
+        if case.table:
+            assert not (TEST_ROOT / case.dag_id / "events" / "_delta_log").exists(), "no table version yet"
+        else:
+            assert sc.read_rows(target) == [], "nothing of the failed job is visible"
+
+    try:
+        assert _dag_of(case, target).test(logical_date=DAY, run_after=DAY).state == "failed"
+        nothing_visible()
+        failed_run = _calls(case)
+        edited = Case(case.w, case.s, case.a, case.m, table=case.table, n=2)
+        cleared = _dag_of(edited, target).test(logical_date=DAY, run_after=DAY)
+        st = states(cleared)
+        assert cleared.state == "failed" and st["events.setup[-1]"] == ("failed", 1), \
+            f"refused at setup, not retried: {st}"
+        assert _calls(case) == failed_run, "no user code ran"
+        nothing_visible()
+
+        flag.unlink()   # advice 1: restore shards_per_task, and clear again
+        restored = _dag_of(case, target).test(logical_date=DAY, run_after=DAY)
+        assert restored.state == "success", states(restored)
+        rerun = {0, 1, 2} if case.a == "v2" else {2}
+        assert Counter(t for t, _ in (_calls(case) - failed_run).elements()) == {t: 1 for t in rerun}
+        assert visible() == {(t, r): 1 for t in range(TASKS) for r in range(ROWS)}
+        committed = _marker(_marker_root(case, target), verify_files=True)
+        assert committed["totals"]["tasks"] == TASKS
+
+        # advice 2: another job, a new run of the edited DAG (2 shards): it commits its own job
+        other = _dag_of(edited, target).test(logical_date=DAY + timedelta(days=1), run_after=DAY + timedelta(days=1))
+        assert other.state == "success", states(other)
+        new = _marker(_marker_root(case, target), verify_files=True)
+        assert new["job_id"] != committed["job_id"] and new["totals"]["tasks"] == 2
+        two = {(t, r): 1 for t in range(2) for r in range(ROWS)}
+        expected = Counter(two) if case.m == "overwrite" else \
+            Counter({(t, r): 1 for t in range(TASKS) for r in range(ROWS)}) + Counter(two)
+        assert visible() == expected, "the new job's rows, once, beside (or instead of) the first's as the mode says"
+    finally:
+        flag.unlink(missing_ok=True)
+
+
+def _marker_root(case: Case, target: str) -> str:
+    """Where the stage's ``_SUCCESS`` is: the target, or a table's data root."""
+    if not case.table:
+        return target
+    from airflow_commit_provider.protocol.tables import table_target
+
+    return table_target(case.table, target).data_root
+
+
+# ----------------------------------------------------------------------- a re-run after a compaction
+#: Appending stages whose output a compaction merges between two generations of their job.
+RERUN_AFTER_COMPACTION_CASES = [Case("deco", "local", "v1", "append", then="compact"),
+                                Case("key", "s3", "magic", "append", runs=2, then="compact")]
+
+
+@pytest.mark.parametrize("case", RERUN_AFTER_COMPACTION_CASES, ids=lambda c: c.dag_id.removeprefix("pair_"))
+def test_a_new_generation_after_a_compaction_replaces_the_rows_it_merged(case, request, airflow_db):
+    """Found from outside: a run cleared after success (a key's next run) after a compaction merged its files
+    kept the old rows in the merged file beside the new ones (24 of 12 rows, ``success``). The merged file names
+    the files it holds; the new generation deletes it with them: rows once, the marker verifies."""
+    bucket = request.getfixturevalue("bucket") if case.s == "s3" else None
+    conn = CONN if case.s == "s3" else None
+    target = _target(case, bucket)
+    shutil.rmtree(TEST_ROOT / case.dag_id, ignore_errors=True)
+    _calls_log(case.dag_id).unlink(missing_ok=True)
+    dag = _dag_of(case, target)
+    assert dag.test(logical_date=DAY, run_after=DAY).state == "success"
+    _maintain(case, target, conn)   # the three files merged into one
+    again = dag.test(logical_date=DAY, run_after=DAY + timedelta(hours=1) if case.w == "key" else DAY)
+    assert again.state == "success"
+    _assert_rows_once(target)
+    manifest = _marker(target, verify_files=True)
+    assert manifest["generation"] == 1 and manifest["totals"]["rows"] == TASKS * ROWS
+    assert sorted(sc.visible_files(target)) == sorted(f["path"] for f in manifest["files"]), \
+        "the merged file went with the generation it held"
