@@ -131,3 +131,18 @@ def test_a_compaction_planned_before_the_next_generation_and_committed_after_its
         run_task_attempt(nxt, task, 1, lambda w, t=table: w.write(t))
     nxt.commit_job(TASKS)
     assert rows(root) == expected("daily", "gen1")
+
+
+def test_a_compaction_over_a_layout_whose_partition_columns_changed_merges_each_directory_apart(tmp_path):
+    """Two appending jobs, the second partitioned by ``day`` (the code's partition columns changed between them):
+    the compaction merges the flat files at the root and each partition's files apart, never across directories;
+    every row once, and the second job's next generation still replaces exactly its own rows."""
+    root = str(tmp_path / "out")
+    run_job(root, "flat", "a")
+    run_job(root, "by_day", "b", partition_by=["day"])
+    merge(root)
+    layout = sorted(f.rsplit("/", 1)[0] if "/" in f else "" for f in sc.visible_files(root))
+    assert layout == ["", "day=d0", "day=d1"], "one merged file per directory"
+    assert rows(root) == expected("flat", "a") + expected("by_day", "b")
+    run_job(root, "by_day", "b2", partition_by=["day"])
+    assert rows(root) == expected("flat", "a") + expected("by_day", "b2")

@@ -19,6 +19,7 @@ from airflow_commit_provider.operators.shards import run_shards
 from airflow_commit_provider.protocol.maintenance.dedup import find_duplicates, remove_duplicates
 
 from . import dedup_tables as t
+from . import scenario as sc
 
 
 def _ours(root: str) -> list[str]:
@@ -267,6 +268,9 @@ def test_a_zombie_attempts_files_in_our_output_are_deleted_by_the_commit_log(tmp
     t.assert_rows_once(root, old + [100, 101, 102, 103, 104])
     found = t.assert_markers_true(root)
     assert found == (["", "p=0", "p=1"] if mode == "dynamic" else [""])
+    files = sorted(sc.all_files(root))
+    again = remove_duplicates(LocalStore(root))   # run again after it committed (a clear after success)
+    assert again["delete"] == [] and sorted(sc.all_files(root)) == files, "a second run finds nothing to do"
 
 
 @pytest.mark.parametrize("algorithm", [1, 2])

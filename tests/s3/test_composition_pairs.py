@@ -572,3 +572,35 @@ def test_a_new_generation_after_a_compaction_replaces_the_rows_it_merged(case, r
     assert manifest["generation"] == 1 and manifest["totals"]["rows"] == TASKS * ROWS
     assert sorted(sc.visible_files(target)) == sorted(f["path"] for f in manifest["files"]), \
         "the merged file went with the generation it held"
+
+
+def test_openlineage_of_a_failed_run_and_its_clear_reports_the_output_once(airflow_db):
+    """A run that fails (task 2 fails both tries) reports no output: its commit task never ran and its writes
+    report none. Its clear commits, recovering tasks 0 and 1: the clear's commit task reports the output once with
+    every row, the recovered tasks' included."""
+    pytest.importorskip("airflow.providers.openlineage", reason="the optional openlineage extra is not installed")
+    from ..airflow.test_lineage import _run_dags
+    from airflow_commit_provider.operators.lineage import dataset_name
+
+    case = Case("stage", "local", "v1", "append", tag="ol")
+    target = _target(case, None)
+    _calls_log(case.dag_id).unlink(missing_ok=True)
+    shutil.rmtree(TEST_ROOT / case.dag_id, ignore_errors=True)
+    _dag_of(case, target)
+    day = f"datetime({DAY.year}, {DAY.month}, {DAY.day}, tzinfo=timezone.utc)"
+    # the flag in the DAG process's own work directory (importing the tests' conftest there makes another)
+    runs = (f"from datetime import datetime, timezone\nimport pairs_{case.dag_id} as m\n"
+            f"from tests.conftest import TEST_WORK\nflag = TEST_WORK / 'fail-{case.dag_id}'\nflag.touch()\n"
+            f"print('STATE', m.dag.test(logical_date={day}, run_after={day}).state)\n"
+            "flag.unlink()\n"
+            f"print('STATE', m.dag.test(logical_date={day}, run_after={day}).state)\n")
+    proc, events = _run_dags("datetime", runs, TEST_WORK / "openlineage-clear.jsonl")
+    assert proc.stdout.count("STATE failed") == 1 and proc.stdout.count("STATE success") == 1, \
+        proc.stdout[-3000:] + proc.stderr[-3000:]
+    _assert_rows_once(target)
+    mine = [e for e in events if e["job"]["name"].startswith(f"{case.dag_id}.")]
+    outputs = [(e["job"]["name"], e["eventType"], o) for e in mine for o in e["outputs"]]
+    [(name, kind, output)] = outputs
+    assert (name, kind) == (f"{case.dag_id}.events.commit", "COMPLETE"), "only the clear's commit reports output"
+    assert (output["namespace"], output["name"]) == dataset_name(target)
+    assert output["outputFacets"]["outputStatistics"]["rowCount"] == TASKS * ROWS, "the recovered tasks' rows too"
