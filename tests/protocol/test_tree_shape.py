@@ -287,3 +287,17 @@ def test_a_task_commit_asked_again_on_a_full_disk_finishes_without_writing_a_byt
         committer.commit_job(1)
         assert_exactly_once(read_rows(root), tasks=1)
         read_success_marker(root, verify_files=True)
+
+
+@pytest.mark.parametrize("below", [False, True], ids=["root_is_a_file", "root_below_a_file"])
+def test_a_root_that_is_or_lies_below_a_regular_file_is_refused_naming_it(tmp_path, below):
+    """Found from outside: a target below a regular file failed set-up with a raw ``NotADirectoryError`` (an
+    ``OSError``, which the operators retry as a storage fault, the same way every try). It is refused, naming the
+    file, with nothing created."""
+    blocker = tmp_path / "afile"
+    blocker.write_text("not a directory")
+    root = blocker / "out" if below else blocker
+    before = snapshot(tmp_path)
+    with pytest.raises(InvalidOutputSpec, match=rf"{blocker}.* is a file, not a directory"):
+        make_committer(str(root), JOB).setup_job()
+    assert snapshot(tmp_path) == before, "nothing created"

@@ -18,6 +18,7 @@ import re
 import shutil
 import stat
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import IO
 
 from ..errors import InvalidOutputSpec
@@ -467,6 +468,10 @@ class LocalStore(Store):
             device = os.stat(self.root).st_dev
         except FileNotFoundError:
             return
+        except NotADirectoryError:   # a regular file above the root: no directory can ever be made there
+            blocker = next(p for p in Path(self.root).parents if p.exists())
+            raise InvalidOutputSpec(f"output root {self.url()} lies below {blocker}, which is a file, not a directory; "
+                                    "give a target whose parents are directories (nothing was changed)") from None
         mount = next(iter(self._mounts_below()), None)
         if mount is not None:
             # a bind mount keeps the device number, yet rename(2) refuses to cross it (EXDEV) all the same
