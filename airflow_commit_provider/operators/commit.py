@@ -30,7 +30,7 @@ from ..protocol import (CommitConfig, CommitDenied, FileOutputCommitter, Invalid
                         OverlappingRun, run_task_attempt)
 from ..protocol.config import check_threads, normalize_algorithm, partition_columns
 from ..protocol.modes import check_mode
-from ..protocol.stores import process_local
+from ..protocol.stores import S3_SCHEMES, process_local, target_scheme
 from ..protocol.tables import FORMATS as TABLE_FORMATS, TableTarget, table_target
 from .failures import DETERMINISTIC_ERRORS, fail_fast_on_deterministic_errors
 from .identity import job_names, make_job_id
@@ -122,6 +122,10 @@ def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
     if "durable" in args and not isinstance(args["durable"], bool):
         raise bad("durable", "give True (the default: a committed output survives a power cut) or False (a "
                              "scratch target on a local disk: nothing is fsynced)")
+    scheme = target_scheme(args.get("target"))
+    if out.get("algorithm") == "magic" and scheme is not None and scheme not in S3_SCHEMES:
+        raise bad("algorithm", f"the magic committer needs S3 multipart uploads and the target {args['target']!r} is "
+                               f"on {scheme!r}: use algorithm 1 or 2 there")
     if out.get("mode") == "dynamic" and "partition_by" in args and not out["partition_by"]:
         raise bad("partition_by", "mode='dynamic' replaces the partitions a job writes, so it needs partition_by")
     _check_table_args(args, out, bad)

@@ -118,6 +118,37 @@ def _memory_targets() -> list:
     return ["memory://events", "MEMORY://events", ObjectStoragePath("memory://events")]
 
 
+@pytest.mark.parametrize("build", ["commit_stage", "decorator", "operators"])
+def test_the_magic_committer_off_s3_is_refused_where_the_dag_is_parsed(build, tmp_path):
+    """Found from outside: ``algorithm="magic"`` with a local target built and parsed, and failed only when its
+    setup ran (the committer is made then). A target that is a plain string (or an ObjectStoragePath) tells its
+    file system at parse time: refused there, naming algorithms 1 and 2; a template is checked when it renders;
+    an S3 target and the advised algorithms build."""
+    from airflow.sdk import ObjectStoragePath
+
+    from airflow_commit_provider.decorators.commit_stage import commit_stage_task
+    from airflow_commit_provider.operators.commit import CommitSetupOperator
+
+    def make(target, algorithm="magic"):
+        if build == "decorator":
+            commit_stage_task(target=target, algorithm=algorithm)(load_shard).expand(shard=[0, 1])
+        elif build == "operators":
+            CommitSetupOperator(task_id="setup", target=target, algorithm=algorithm)
+        else:
+            commit_stage("events", target=target, python_callable=load_shard, algorithm=algorithm)
+
+    for target in (str(tmp_path / "events"), f"file://{tmp_path}/events", ObjectStoragePath(f"file://{tmp_path}")):
+        with _dag("opbase_magic") as dag, pytest.raises(InvalidOutputSpec, match=r"algorithm='magic': the magic "
+                                                        r"committer needs S3 multipart uploads.*use algorithm 1 or 2"):
+            make(target)
+        assert dag.task_ids == []
+    for target, algorithm in (("s3://bucket/events", "magic"), ("{{ var.value.events }}", "magic"),
+                              (str(tmp_path / "events"), 1), (str(tmp_path / "events"), 2)):
+        with _dag(f"opbase_magic_ok") as dag:
+            make(target, algorithm)
+        assert dag.task_ids
+
+
 @pytest.mark.parametrize("build", ["commit_stage", "decorator", "iceberg_catalog"])
 def test_a_memory_target_is_refused_where_the_dag_is_parsed_and_a_local_one_builds(build, tmp_path):
     """``memory://`` lives in one process; Airflow runs setup, writes and commit in different ones: refused where
@@ -202,7 +233,7 @@ def test_shared_parameters_are_normalised_and_templated():
     with _dag("opbase_good"):
         ops = [op(task_id=op.__name__, target="{{ params.root }}/x", algorithm="v2", mode="dynamic",
                   partition_by="day", **OPERATORS[op]) for op in OPERATORS]
-        mapped = CommitWriteOperator.partial(task_id="mapped", target="/x", python_callable=load_shard,
+        mapped = CommitWriteOperator.partial(task_id="mapped", target="s3://bucket/x", python_callable=load_shard,
                                              algorithm="magic").expand(op_kwargs=[{"shard": 0}])
     for op in ops:
         assert isinstance(op, CommitBaseOperator)

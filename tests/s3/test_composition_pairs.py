@@ -295,7 +295,7 @@ def test_the_cases_cover_every_authoring_store_algorithm_and_mode_pair():
     """The design is a covering one: every pair of values of W, S, A, M named here has a case."""
     axes = {"w": {"ops", "stage", "deco", "shards", "key"}, "s": {"local", "s3"}, "a": {"v1", "v2", "magic"},
             "m": {"error", "append", "overwrite", "dynamic"}}
-    refused = {("a", "magic", "s", "local")}   # refused at setup ("needs S3"): tests/s3/test_s3.py::test_magic_needs_s3
+    refused = {("a", "magic", "s", "local")}   # refused where the DAG is parsed: test_operator_base.py
     covered = {(x, getattr(c, x), y, getattr(c, y)) for c in CASES for x in axes for y in axes if x < y}
     missing = sorted((x, u, y, v) for x in axes for y in axes if x < y for u in axes[x] for v in axes[y]
                      if (x, u, y, v) not in covered and (x, u, y, v) not in refused

@@ -25,23 +25,35 @@ from .generic import FsspecStore
 from .local import LocalStore
 from .s3 import S3Store
 
-__all__ = ["FsspecStore", "LocalStore", "S3Store", "Store", "process_local", "store_for"]
+__all__ = ["S3_SCHEMES", "FsspecStore", "LocalStore", "S3Store", "Store", "process_local", "store_for", "target_scheme"]
 
 #: URL schemes of file systems that exist only inside the process that made them (fsspec's ``memory://``).
 PROCESS_LOCAL_SCHEMES = ("memory",)
 
 
-def process_local(target: Any) -> bool:
-    """Whether *target* (a path, a URL, or an object with a ``protocol`` such as Airflow's ``ObjectStoragePath``)
-    lives on a file system that exists only inside one process. The protocol itself works there (tests, one
-    process); whatever spreads a job over processes (Airflow) or hands the files to another library (a table
-    format) must refuse it, since nothing written there is seen from anywhere else."""
+#: URL schemes :func:`store_for` opens as S3 (multipart uploads: the magic committer's store).
+S3_SCHEMES = ("s3", "s3a")
+
+
+def target_scheme(target: Any) -> str | None:
+    """The file system scheme of *target* (a path, a URL, or an object with a ``protocol`` such as Airflow's
+    ``ObjectStoragePath``), lower case: ``"file"`` for a plain path; ``None`` when it cannot be told yet (not a
+    string, or a template still to be rendered)."""
     protocol = getattr(target, "protocol", None)
     if isinstance(protocol, (tuple, list)):
         protocol = protocol[0] if protocol else None
-    if protocol is None and isinstance(target, str) and "://" in target:
-        protocol = target.split("://", 1)[0]
-    return isinstance(protocol, str) and protocol.lower() in PROCESS_LOCAL_SCHEMES
+    if protocol is None and isinstance(target, str):
+        if "{{" in target or "{%" in target:
+            return None
+        protocol = target.split("://", 1)[0] if "://" in target else "file"
+    return protocol.lower() if isinstance(protocol, str) else None
+
+
+def process_local(target: Any) -> bool:
+    """Whether *target* lives on a file system that exists only inside one process. The protocol itself works
+    there (tests, one process); whatever spreads a job over processes (Airflow) or hands the files to another
+    library (a table format) must refuse it, since nothing written there is seen from anywhere else."""
+    return target_scheme(target) in PROCESS_LOCAL_SCHEMES
 
 
 def store_for(target: Any, *, fs: Any = None, storage_options: dict[str, Any] | None = None,
@@ -73,6 +85,6 @@ def store_for(target: Any, *, fs: Any = None, storage_options: dict[str, Any] | 
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     if protocol in ("file", "local"):
         return LocalStore(path, durable=durable)
-    if protocol in ("s3", "s3a"):
+    if protocol in S3_SCHEMES:
         return S3Store(fs, path)
     return FsspecStore(fs, path)
