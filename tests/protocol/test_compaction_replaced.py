@@ -105,8 +105,8 @@ def test_a_merged_file_holding_other_jobs_rows_refuses_the_replacement_before_an
     FileOutputCommitter(root, "daily").abort_job()   # the refused generation's own files go
     run_job(root, "daily-again", "new")   # advice 2: another job, beside the old rows
     assert rows(root) == expected("daily", "gen0") + expected("other", "b") + expected("daily-again", "new")
-    run_job(root, "daily-overwrite", "all", mode="overwrite")   # advice 1: overwrite replaces them all
-    assert rows(root) == expected("daily-overwrite", "all")
+    run_job(root, "daily", "gen1", mode="overwrite")   # advice 1: the same job in mode overwrite replaces all
+    assert rows(root) == expected("daily", "gen1")
 
 
 def test_a_compaction_planned_before_the_next_generation_and_committed_after_its_setup(tmp_path):
@@ -146,3 +146,15 @@ def test_a_compaction_over_a_layout_whose_partition_columns_changed_merges_each_
     assert rows(root) == expected("flat", "a") + expected("by_day", "b")
     run_job(root, "by_day", "b2", partition_by=["day"])
     assert rows(root) == expected("flat", "a") + expected("by_day", "b2")
+
+
+def test_a_dynamic_generation_replaces_the_partitions_a_mixed_merged_file_sits_in_without_refusing(tmp_path):
+    """The mixed merged files lie in partitions the next generation (``dynamic``) replaces whole: they go with the
+    partitions, as every other file there does; no footer stands in the way."""
+    root = str(tmp_path / "out")
+    run_job(root, "daily", "gen0", mode="dynamic", partition_by=["day"])
+    run_job(root, "other", "b", partition_by=["day"])
+    merge(root)
+    assert len(sc.visible_files(root)) == 2, "one mixed file per partition"
+    run_job(root, "daily", "gen1", mode="dynamic", partition_by=["day"])
+    assert rows(root) == expected("daily", "gen1"), "dynamic replaced both partitions, the other job's rows too"

@@ -120,7 +120,7 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
         deletions = mode.replaced(visible, dsts)
         # the replaced generation's files, and the merged files holding their rows when a compaction merged them
         replaced = resolve_replaced(scope.store, job.replaced_files, visible, deletions, job.job_id,
-                                    job.replaces.generation if job.replaces else None)
+                                    job.replaces.generation if job.replaces else None, scope.commit_threads)
         if mode.claims_target:
             scope.check_empty(replaced | dsts | strays, visible)
         if mode.refuses_clobber and not scope.publisher.publishes_at_task_commit:

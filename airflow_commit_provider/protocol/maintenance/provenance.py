@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Set
 import pyarrow.parquet as pq
 
 from ..errors import InvalidOutputSpec
+from ..parallel import parallel
 from ..stores import Store
 
 #: The footer key of a merged file: a JSON list of the original data files (paths under the target) it holds.
@@ -51,25 +52,33 @@ def read_origins(store: Store, rel: str) -> list[str]:
 
 
 def resolve_replaced(store: Store, replaced: Set[str], visible: Set[str], deleted: Set[str], job_id: str,
-                     generation: int | None) -> set[str]:
+                     generation: int | None, threads: int = 1) -> set[str]:
     """The visible files that hold rows of the replaced generation's files *replaced*: those still there, and
     the merged files (in *visible*) holding rows of those a compaction merged. A merged file holding rows of other
     files too is refused (:class:`InvalidOutputSpec`, nothing changed) unless the commit deletes it anyway
-    (*deleted*: what its mode replaces, e.g. every file with ``overwrite``)."""
+    (*deleted*: what its mode replaces, e.g. every file with ``overwrite``, whose footers are not read).
+
+    The footers are read (with *threads* workers) only when a replaced file is missing: after a compaction, or
+    once after a file was deleted by hand; the next generation finds its predecessor's files where it left them."""
     found = replaced & visible
     missing = replaced - visible
     if not missing:
         return found
-    for rel in sorted(visible - replaced):
-        if not rel.endswith(".parquet"):
-            continue
-        held = read_origins(store, rel)
+    candidates = sorted(rel for rel in visible - replaced - deleted if rel.endswith(".parquet"))
+    held_by: dict[str, list[str]] = {}
+
+    def read(rel: str) -> None:
+        held_by[rel] = read_origins(store, rel)
+
+    parallel(read, candidates, threads)
+    for rel in candidates:
+        held = held_by[rel]
         if held == [rel] or missing.isdisjoint(held):
             continue
         others = [o for o in held if o not in replaced]
         if not others:
             found.add(rel)
-        elif rel not in deleted:
+        else:
             ours = [o for o in held if o in replaced]
             raise InvalidOutputSpec(
                 f"job {job_id} replaces the files of its generation {generation}, but a compaction merged "
