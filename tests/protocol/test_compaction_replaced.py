@@ -158,3 +158,18 @@ def test_a_dynamic_generation_replaces_the_partitions_a_mixed_merged_file_sits_i
     assert len(sc.visible_files(root)) == 2, "one mixed file per partition"
     run_job(root, "daily", "gen1", mode="dynamic", partition_by=["day"])
     assert rows(root) == expected("daily", "gen1"), "dynamic replaced both partitions, the other job's rows too"
+
+
+def test_mode_error_takes_a_merged_file_of_its_own_rows_for_its_own_at_setup(tmp_path):
+    """Mode ``error`` refuses a target holding anything but the job's own earlier files: its own rows merged by a
+    compaction are still its own (set-up and commit both say so), and are replaced."""
+    root = str(tmp_path / "out")
+    run_job(root, "daily", "gen0", mode="error")
+    merge(root)
+    run_job(root, "daily", "gen1", mode="error")
+    assert rows(root) == expected("daily", "gen1")
+    run_job(root, "other", "b")
+    merge(root, "compaction-2")   # now the merged file mixes the other job's rows in
+    with pytest.raises(InvalidOutputSpec, match="together with rows of 3 other file"):
+        run_job(root, "daily", "gen2", mode="error")
+    assert rows(root) == expected("daily", "gen1") + expected("other", "b")
