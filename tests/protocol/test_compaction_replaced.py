@@ -173,3 +173,24 @@ def test_mode_error_takes_a_merged_file_of_its_own_rows_for_its_own_at_setup(tmp
     with pytest.raises(InvalidOutputSpec, match="together with rows of 3 other file"):
         run_job(root, "daily", "gen2", mode="error")
     assert rows(root) == expected("daily", "gen1") + expected("other", "b")
+
+
+@pytest.mark.parametrize("junk", [b"", b"not parquet at all", b"garbage PAR1", b"\x00" * 4 + b"PAR1"],
+                         ids=["empty", "text", "magic_only", "zero_length_footer"])
+def test_a_file_that_is_not_parquet_under_a_parquet_name_does_not_stop_the_replacement(tmp_path, junk):
+    """The footers are read when a replaced file is missing; another writer's file (or a damaged one) named
+    ``*.parquet`` is no compaction's: the next generation commits, and the file is left as it was."""
+    root = str(tmp_path / "out")
+    run_job(root, "daily", "gen0")
+    merge(root)
+    stray = tmp_path / "out" / "someone-else.parquet"
+    stray.write_bytes(junk)
+    c = FileOutputCommitter(root, "daily", algorithm=1, mode="append")
+    c.setup_job()
+    for task in range(TASKS):
+        table = pa.table({"job": ["daily"] * 2, "tag": ["gen1"] * 2, "task": [task] * 2, "row": [0, 1],
+                          "day": ["d0", "d1"]})
+        run_task_attempt(c, task, 1, lambda w, t=table: w.write(t))
+    manifest = c.commit_job(TASKS)
+    assert {f["path"] for f in manifest["files"]} | {"someone-else.parquet"} == set(sc.visible_files(root))
+    assert stray.read_bytes() == junk

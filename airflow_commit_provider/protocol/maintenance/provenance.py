@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import struct
 from collections.abc import Iterable, Mapping, Set
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import InvalidOutputSpec
 from ..parallel import parallel
 from ..stores import Store
+
+log = logging.getLogger(__name__)
 
 #: The footer key of a merged file: a JSON list of the original data files (paths under the target) it holds.
 MERGED_FROM = b"airflow_commit_provider.merged_from"
@@ -45,9 +49,22 @@ def merged_metadata(inputs: Iterable[tuple[str, Mapping[bytes, bytes] | None]]) 
 
 
 def read_origins(store: Store, rel: str) -> list[str]:
-    """:func:`origins` of a stored Parquet file, from its footer alone (two reads of its tail)."""
-    length = struct.unpack("<I", store.read_tail(rel, 8)[:4])[0]
-    footer = pq.read_metadata(io.BytesIO(b"PAR1" + store.read_tail(rel, length + 8)))
+    """:func:`origins` of a stored Parquet file, from its footer alone (two reads of its tail). A file whose end is
+    not a Parquet footer (another writer's, or damaged) holds nothing a compaction of this provider merged: it is
+    its own origin, and the commit goes on (a reader fails on it, not this job); one gone since the listing holds
+    nothing. Storage errors propagate: taken for "not merged", a lost answer would leave rows twice."""
+    try:
+        tail = store.read_tail(rel, 8)
+        if len(tail) < 8 or tail[4:] != b"PAR1":
+            return [rel]
+        data = store.read_tail(rel, struct.unpack("<I", tail[:4])[0] + 8)
+    except FileNotFoundError:
+        return []
+    try:
+        footer = pq.read_metadata(io.BytesIO(b"PAR1" + data))
+    except (OSError, ValueError, pa.ArrowException) as exc:   # pyarrow's "couldn't deserialize thrift" is an OSError
+        log.warning("%s: not a readable Parquet footer (%s): taken as no compaction's", store.url(rel), exc)
+        return [rel]
     return origins(rel, footer.metadata)
 
 
