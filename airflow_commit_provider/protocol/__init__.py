@@ -40,7 +40,7 @@ from .modes import MODES
 from .config import RunOwner
 from .records.success import read_success_marker
 from .stores import LocalStore, Store, store_for
-from .tasks.attempts import TaskAttemptContext
+from .tasks.context import TaskAttemptContext
 from .tasks.runner import TaskOutcome, run_task_attempt
 from .tasks.writer import TaskAttemptWriter
 

@@ -43,7 +43,8 @@ from .records.job import CommitLog, JobRecord
 from .status import JobStatus
 from .stores import Store, store_for
 from .tables.common import TableTarget
-from .tasks.attempts import TaskAttemptContext, TaskAttempts
+from .tasks.attempts import TaskAttempts
+from .tasks.context import TaskAttemptContext
 
 
 class OutputCommitter(ABC):

@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from airflow_commit_provider.protocol import CommitDenied
-from airflow_commit_provider.protocol.tasks.attempts import TaskAttemptContext
+from airflow_commit_provider.protocol.tasks.context import TaskAttemptContext
 
 from . import scenario as sc
 from .test_crash_matrix import expect_killed, spawn

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from .. import records
+from .context import TaskAttemptContext, file_prefix
 from .ledger import COMMITTING, FAILED
 from ..config import check_number
 from ..errors import CommitDenied, CorruptRecord, InvalidOutputSpec, TaskInputsChanged
@@ -32,36 +32,6 @@ from ..tables.common import SchemaMismatch
 from ..timing import timed
 
 log = logging.getLogger(__name__)
-
-
-
-@dataclass(frozen=True)
-class TaskAttemptContext:
-    """One task attempt: Hadoop's TaskAttemptID with its work directory (relative to the output root)."""
-
-    job_id: str
-    job_uuid: str
-    app_attempt: int
-    task: int
-    attempt: int
-    work_dir: str
-    #: what the attempt was given (an opaque digest, :meth:`.TaskCommitRecord.same_inputs`): its commit records it
-    inputs: str | None = None
-
-    @property
-    def name(self) -> str:
-        return self.work_dir.rsplit("/", 1)[-1]
-
-    @property
-    def file_prefix(self) -> str:
-        """How the default (Spark-style) names of this task's files begin (:func:`file_prefix`)."""
-        return file_prefix(self.task, self.job_uuid)
-
-
-def file_prefix(task: int, job_uuid: str) -> str:
-    """How the default (Spark-style) names of a task's files begin, ``part-<task:05d>-<job uuid>-``: every try of
-    the task in generation *job_uuid* writes the same names, and no other task or generation writes them."""
-    return f"part-{task:05d}-{job_uuid}-"
 
 
 class _Refused(Exception):

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .attempts import TaskAttemptContext
+from .context import TaskAttemptContext
 from ..errors import InvalidOutputSpec
 from ..faults import inject
 from ..paths import check_partition_key, check_relative, partition_dir
