@@ -15,11 +15,11 @@ from .errors import CommitProtocolError, InvalidOutputSpec, OverlappingRun
 from .faults import inject
 from .job import Job
 from .layout import COMMITS
-from .maintenance.provenance import resolve_replaced
+from .replacing import holders, refuse_mixed
 from .owners import RunFinished, still_running
 from .paths import check_relative
 from .records.inputs import record_inputs
-from .records.job import JobRecord, Replaces
+from .records.job import CommitLog, JobRecord, Replaces
 from .tables.ownership import refuse_file_job
 
 log = logging.getLogger(__name__)
@@ -149,6 +149,24 @@ def check_target(scope: Job) -> None:
     scope.store.check_tree([scope.layout.job_dir, COMMITS])
 
 
+def replaced_generation(scope: Job, log: CommitLog) -> Replaces:
+    """The committed generation *log* keeps, as the next one replaces it: its files where they are now, also where
+    a compaction merged them (:mod:`.replacing`); kept in the job record, so that a compaction under way leaves
+    them alone. Refused, before anything is written, when a merged file holds its rows with other files' and the
+    mode would keep that file (``append``, ``error``: ``dynamic`` is decided at the commit, by the partitions it
+    writes; ``overwrite`` deletes it anyway)."""
+    files = {f["path"] for f in log.files}
+    if scope.mode.name == "overwrite" or scope.table is not None or not scope.store.missing(sorted(files)):
+        # replaces everything (a table: by its transaction), or every file is where the generation left it
+        return Replaces(log.job_uuid, log.generation, tuple(sorted(files)))
+    found = holders(scope.store, files, scope.visible_files(), threads=scope.commit_threads,
+                    generation_uuid=log.job_uuid)
+    if scope.mode.name != "dynamic":
+        refuse_mixed(scope.store, found, scope.job_id, log.generation, scope.mode.name)
+    # every file of the generation (a merged file holds rows of a subset: the commit checks against all of them)
+    return Replaces(log.job_uuid, log.generation, tuple(sorted(files | found.merged)))
+
+
 def create_job_record(scope: Job, replace_files: list[str], replace_first: bool) -> JobRecord:
     """The first generation's record, or the next one's after a committed generation (which it replaces)."""
     log = scope.commit_log()
@@ -158,16 +176,12 @@ def create_job_record(scope: Job, replace_files: list[str], replace_first: bool)
         scope.check_names(log.names, f"the commit log {scope.store.url(scope.layout.commit_log)} of its generation "
                                      f"{log.generation}")
         generation, first_app = log.generation + 1, log.app_attempt + 1
-        replaces = Replaces(log.job_uuid, log.generation, tuple(f["path"] for f in log.files))
+        replaces = replaced_generation(scope, log)
     scope.remove_stale_abort_records()
     # Never reuse an application attempt directory a zombie of a purged generation may have re-created.
     first_app = max([first_app] + [int(n) + 1 for n in scope.store.list_dir(scope.layout.job_dir) if n.isdigit()])
     if scope.mode.claims_target:
-        own = set(replaces.files) if replaces else set()
-        if own:   # its own files, also where a compaction merged them (:mod:`.maintenance.provenance`)
-            visible = scope.visible_files()
-            own = resolve_replaced(scope.store, own, visible, set(), scope.job_id, replaces.generation)
-        scope.check_empty(own)
+        scope.check_empty(set(replaces.files) if replaces else set())
     inputs = record_inputs(scope.store, replace_files, scope.job_id) if replace_files else ()
     scope.store.ensure_root()
     identity = scope.identity()

@@ -16,11 +16,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_commit_provider.protocol import FileOutputCommitter, InvalidOutputSpec, read_success_marker, \
-    run_task_attempt
+from airflow_commit_provider.protocol import (FileOutputCommitter, InputsClaimed, InvalidOutputSpec,
+                                             read_success_marker, run_task_attempt)
 from airflow_commit_provider.protocol.faults import InjectedFault, arm, disarm
 from airflow_commit_provider.protocol.maintenance.compaction import compact
-from airflow_commit_provider.protocol.maintenance.provenance import MERGED_FROM, read_origins
+from airflow_commit_provider.protocol.records.merged import MERGED_FROM, read_origins
 
 from . import scenario as sc
 
@@ -95,7 +95,7 @@ def test_a_merged_file_holding_other_jobs_rows_refuses_the_replacement_before_an
     run_job(root, "other", "b")
     merge(root)
     before = (rows(root), sorted(sc.all_files(root)))
-    with pytest.raises(InvalidOutputSpec, match=r"merged 3 of them .* together with rows of 3 other file\(s\).*"
+    with pytest.raises(InvalidOutputSpec, match=r"merged 3 of them .* together with rows of other files.*"
                                                 r"Nothing was changed.*mode 'overwrite'.*another job"):
         run_job(root, "daily", "gen1")
     assert rows(root) == expected("daily", "gen0") + expected("other", "b"), "every row as it was, once"
@@ -170,7 +170,7 @@ def test_mode_error_takes_a_merged_file_of_its_own_rows_for_its_own_at_setup(tmp
     assert rows(root) == expected("daily", "gen1")
     run_job(root, "other", "b")
     merge(root, "compaction-2")   # now the merged file mixes the other job's rows in
-    with pytest.raises(InvalidOutputSpec, match="together with rows of 3 other file"):
+    with pytest.raises(InvalidOutputSpec, match="together with rows of other files"):
         run_job(root, "daily", "gen2", mode="error")
     assert rows(root) == expected("daily", "gen1") + expected("other", "b")
 
@@ -194,3 +194,121 @@ def test_a_file_that_is_not_parquet_under_a_parquet_name_does_not_stop_the_repla
     manifest = c.commit_job(TASKS)
     assert {f["path"] for f in manifest["files"]} | {"someone-else.parquet"} == set(sc.visible_files(root))
     assert stray.read_bytes() == junk
+
+
+# ------------------------------------------------------------------- attacked from outside (helper, session 14)
+def _fault(point: str, fn) -> None:
+    arm(point, "raise")
+    try:
+        with pytest.raises(InjectedFault):
+            fn()
+    finally:
+        disarm()
+
+
+@pytest.mark.parametrize("point", ["commit_job.after_plan", "commit_job.after_withdraw", "commit_job.mid_delete"])
+def test_a_replacing_commit_waits_for_a_compaction_that_fixed_its_plan_over_the_old_files(tmp_path, point):
+    """The compaction's job commit fixed its plan over gen0's files and died; gen1's commit, deleting those files
+    while the compaction would still roll forward and publish their rows again (rows twice), waits instead
+    (``InputsClaimed``, retried, nothing changed); resumed, the compaction commits, and gen1's retry replaces the
+    merged file."""
+    root = str(tmp_path / "out")
+    run_job(root, "daily", "gen0")
+    _fault(point, lambda: compact(FileOutputCommitter(root, "compaction", mode="append"), 1, target_size=2**20))
+    nxt = FileOutputCommitter(root, "daily", algorithm=1, mode="append")
+    nxt.setup_job()
+    for task in range(TASKS):
+        table = pa.table({"job": ["daily"] * 2, "tag": ["gen1"] * 2, "task": [task] * 2, "row": [0, 1],
+                          "day": ["d0", "d1"]})
+        run_task_attempt(nxt, task, 1, lambda w, t=table: w.write(t))
+    with pytest.raises(InputsClaimed, match="is compacting: this commit waits for it"):
+        nxt.commit_job(TASKS)
+    merge(root)   # the compaction resumes and rolls forward
+    nxt.commit_job(TASKS)   # the retry
+    assert rows(root) == expected("daily", "gen1")
+
+
+@pytest.mark.parametrize("point", ["commit_job.after_plan", "commit_job.after_withdraw", "commit_job.after_moves"])
+def test_a_compaction_leaves_alone_the_merged_file_a_replacing_commit_is_deleting(tmp_path, point):
+    """gen1's commit plan names the merged file (gen0's rows) and dies; a second compaction must not merge that
+    file with other rows (the old rows would outlive the deletion); gen1's resumed commit finishes it."""
+    root = str(tmp_path / "out")
+    run_job(root, "daily", "gen0")
+    merge(root)
+    run_job(root, "other", "b")
+    nxt = FileOutputCommitter(root, "daily", algorithm=1, mode="append")
+    nxt.setup_job()
+    for task in range(TASKS):
+        table = pa.table({"job": ["daily"] * 2, "tag": ["gen1"] * 2, "task": [task] * 2, "row": [0, 1],
+                          "day": ["d0", "d1"]})
+        run_task_attempt(nxt, task, 1, lambda w, t=table: w.write(t))
+    _fault(point, lambda: nxt.commit_job(TASKS))
+    compact(FileOutputCommitter(root, "compaction-2", mode="append"), 1, target_size=2**20)
+    nxt.commit_job(TASKS)
+    assert rows(root) == expected("daily", "gen1") + expected("other", "b")
+
+
+def test_rows_read_from_a_merged_file_and_written_by_another_job_are_that_jobs(tmp_path):
+    """A job that reads a merged file (pyarrow keeps the footer's metadata in the schema) and writes its rows
+    again must not make its file look merged: the next generation of the job whose rows were merged would take
+    it for its own and delete it (another job's rows lost)."""
+    root = str(tmp_path / "out")
+    run_job(root, "daily", "gen0")
+    merge(root)
+    [merged] = sc.visible_files(root)
+    derived = pq.read_table(f"{root}/{merged}")
+    assert MERGED_FROM in derived.schema.metadata, "pyarrow keeps it: the case this test is about"
+    c = FileOutputCommitter(root, "derive", algorithm=1, mode="append")
+    c.setup_job()
+    derived = derived.set_column(0, "job", pa.array(["derive"] * derived.num_rows))
+    run_task_attempt(c, 0, 1, lambda w: w.write(derived))
+    [written] = [f["path"] for f in c.commit_job(1)["files"]]
+    assert MERGED_FROM not in (pq.read_metadata(f"{root}/{written}").metadata or {})
+    run_job(root, "daily", "gen1")
+    assert rows(root) == expected("daily", "gen1") + Counter({("derive", "gen0", t, r): 1 for t in range(TASKS)
+                                                             for r in range(2)})
+
+
+def test_a_footer_naming_another_generation_than_its_file_names_nothing(tmp_path):
+    """An entry copied by another writer into a file that is not the named compaction generation's counts for
+    nothing (the file's name must carry the generation), nor does a malformed one: no raw error, no deletion."""
+    root = str(tmp_path / "out")
+    run_job(root, "daily", "gen0")
+    merge(root)
+    [merged] = sc.visible_files(root)
+    metadata = pq.read_metadata(f"{root}/{merged}").metadata
+    table = pa.table({"job": ["w"], "tag": ["w"], "task": [0], "row": [0], "day": ["d0"]})
+    for name, value in (("copied.parquet", metadata[MERGED_FROM]), ("garbage.parquet", b"n/a"),
+                        ("null.parquet", b"null"), ("list.parquet", b'{"by": 1, "files": [2]}')):
+        pq.write_table(table.replace_schema_metadata({MERGED_FROM: value}), f"{root}/{name}")
+    run_job(root, "daily", "gen1")
+    assert rows(root) == expected("daily", "gen1") + Counter({("w", "w", 0, 0): 4})
+
+
+@pytest.mark.parametrize("where", ["job_below_the_compaction", "job_above_the_compaction"])
+def test_the_job_and_the_compaction_need_not_share_a_root(tmp_path, where):
+    """Merged files name the files beside them: a job rooted at a partition of the directory a compaction ran over
+    (and a partitioned job whose one partition was compacted on its own) replaces what was merged."""
+    top = str(tmp_path / "out")
+    if where == "job_below_the_compaction":
+        root, compaction_root, by = f"{top}/day=d0", top, ()
+    else:
+        root, compaction_root, by = top, f"{top}/day=d0", ["day"]
+    run_job(root, "daily", "gen0", partition_by=by)
+    merge(compaction_root)
+    run_job(root, "daily", "gen1", partition_by=by)
+    assert rows(root) == expected("daily", "gen1")
+
+
+def test_a_v2_generation_is_refused_at_setup_before_a_task_publishes_anything(tmp_path):
+    """With algorithm 2 the tasks publish at their commit: a mixed merged file must refuse the job at its set-up,
+    before any task runs, not at its job commit after the new rows were visible beside the old."""
+    root = str(tmp_path / "out")
+    run_job(root, "daily", "gen0")
+    run_job(root, "other", "b")
+    merge(root)
+    before = (rows(root), read_success_marker(root)["job_uuid"])
+    c = FileOutputCommitter(root, "daily", algorithm=2, mode="append")
+    with pytest.raises(InvalidOutputSpec, match="together with rows of other files.*Nothing was changed"):
+        c.setup_job()
+    assert (rows(root), read_success_marker(root)["job_uuid"]) == before

@@ -16,17 +16,19 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import records
-from ..errors import CorruptRecord, InvalidOutputSpec, JobIncomplete
+from ..errors import CorruptRecord, InputsClaimed, InvalidOutputSpec, JobIncomplete
 from ..faults import mid_delete
 from ..job import Job
 from ..layout import SUCCESS, TEMPORARY, task_name
-from ..maintenance.provenance import resolve_replaced
+from ..maintenance.claims import live_holders
+from ..replacing import holders, refuse_mixed
 from ..parallel import parallel
 from ..paths import join, partition_of
 from ..records.inputs import check_unchanged
 from ..records.job import CommitLog, CommitPlan, JobRecord
 from ..records.success import SuccessManifest, marker_dirs_above, withdraw_markers, write_markers
 from ..records.underway import markers_changing
+from ..stores import Store
 from ..records.refused import RefusedTasks
 from ..records.task import TaskCommitRecord
 from ..schemas import check_one_schema
@@ -94,6 +96,19 @@ def refused_hint(refused: RefusedTasks, missing: Sequence[int]) -> str:
             "recovered: clear their write tasks (the whole DAG run, the stage's setup included) so they run again")
 
 
+def wait_for_compactions(store: Store, replaced: set[str], job: JobRecord) -> None:
+    """:class:`InputsClaimed` (retried) when a live compaction holds a file this commit would delete: it has merged
+    the file's rows, or will, and would publish them again after the deletion. Its retry, after the compaction
+    committed, finds the rows in the merged file (:mod:`..replacing`). Nothing was changed."""
+    held = live_holders(store, replaced)
+    if held:
+        rel, holder = sorted(held.items())[0]
+        raise InputsClaimed(f"job {job.job_id} replaces {store.url(rel)} of its generation "
+                            f"{job.replaces.generation if job.replaces else None}, which {holder} is compacting: "
+                            "this commit waits for it (its retry, once the compaction committed, replaces the merged "
+                            "file); nothing was changed", rel, holder)
+
+
 class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
     """Decide, before anything visible changes, what the commit does, and record it exclusively: the tasks, the
     old files to delete, the markers to withdraw, the attempt history. The plan names tasks (their records in an
@@ -118,9 +133,13 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
         strays = scope.publisher.strays(visible, dsts, job.job_uuid)
         mode = scope.mode
         deletions = mode.replaced(visible, dsts)
-        # the replaced generation's files, and the merged files holding their rows when a compaction merged them
-        replaced = resolve_replaced(scope.store, job.replaced_files, visible, deletions, job.job_id,
-                                    job.replaces.generation if job.replaces else None, scope.commit_threads)
+        # the replaced generation's files, where its set-up found them (:mod:`..replacing`): again if one went since
+        found = holders(scope.store, job.replaced_files, visible, deletions, scope.commit_threads,
+                        job.replaces.job_uuid if job.replaces else None)
+        refuse_mixed(scope.store, found, job.job_id, job.replaces.generation if job.replaces else None, mode.name)
+        replaced = found.files
+        if replaced and not job.replace_first:
+            wait_for_compactions(scope.store, replaced, job)
         if mode.claims_target:
             scope.check_empty(replaced | dsts | strays, visible)
         if mode.refuses_clobber and not scope.publisher.publishes_at_task_commit:

@@ -152,6 +152,19 @@ class InputClaims:
         return self.store.create_exclusive(where, records.dumps(KIND, body))
 
 
+def live_holders(store: Store, paths: Collection[str]) -> dict[str, str]:
+    """Of *paths*, those a live compaction holds, each with its holder (one listing of the chains; an entry read
+    only for a path that has a chain). A job whose commit deletes one must wait: the compaction has merged it, or
+    will, and would publish its rows again after the deletion."""
+    chains = {rel.rsplit("/", 1)[0] for rel in store.list_names(CLAIMS) if "/" in rel}
+    held = {}
+    for rel in sorted(chains.intersection(paths)):
+        top = newest(store, rel)
+        if top is not None and is_alive(store, top):
+            held[rel] = top.holder
+    return held
+
+
 def sweep(store: Store) -> int:
     """Delete the chains of inputs that are gone whose newest entry is free or dead; returns how many. Safe
     alongside claimants: one that claims a gone input refuses when it checks the input afterwards."""
@@ -173,4 +186,4 @@ def sweep(store: Store) -> int:
     return removed
 
 
-__all__ = ["ClaimEntry", "InputClaims", "is_alive", "newest", "sweep"]
+__all__ = ["ClaimEntry", "InputClaims", "is_alive", "live_holders", "newest", "sweep"]

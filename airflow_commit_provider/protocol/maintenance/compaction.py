@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 from .. import records
 from .claims import InputClaims, sweep
 from .dedup import find_duplicates
-from .provenance import merged_metadata
+from ..records.merged import merged_metadata
 from ..committer import FileOutputCommitter
 from ..errors import CorruptRecord, InputsChanged, InputsClaimed, InvalidOutputSpec
 from ..faults import inject
@@ -222,8 +222,8 @@ def merge_group(writer: TaskAttemptWriter, group: Sequence[str], store: Store) -
                                     f"{store.url(group[0])} ({shown[1]}): {exc}; nothing was changed") from exc
     name = writer.next_file_name("snappy.parquet")
     # the footer names the data files whose rows it holds: a job replacing them finds them here (:mod:`.provenance`)
-    schema = schema.with_metadata({**(schema.metadata or {}),
-                                   **merged_metadata((rel, t.schema.metadata) for rel, t in zip(group, tables))})
+    schema = schema.with_metadata({**(schema.metadata or {}), **merged_metadata(
+        writer.attempt.job_uuid, ((rel, t.schema.metadata) for rel, t in zip(group, tables)))})
     with writer.open_file(f"{part}/{name}" if part else name) as fh:
         with pq.ParquetWriter(fh, schema, compression="snappy") as pw:
             for table in cast:

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .context import TaskAttemptContext
+from ..records.merged import without_provenance
 from ..errors import InvalidOutputSpec
 from ..faults import inject
 from ..paths import check_partition_key, check_relative, partition_dir
@@ -131,8 +132,8 @@ class TaskAttemptWriter:
         return data.num_rows
 
     def _write_part(self, part: str, table: pa.Table) -> None:
-        if self._schema is None:
-            self._schema = table.schema
+        if self._schema is None:   # rows read from a merged file and written again are no merge (:mod:`..records.merged`)
+            self._schema = without_provenance(table.schema)
         elif not table.schema.equals(self._schema):
             try:
                 table = table.cast(self._schema)
