@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -58,22 +59,31 @@ class Deployment:
         self._login()
 
     def stop(self) -> None:
-        for p in self.procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        deadline = time.time() + 20
-        for p in self.procs:
-            try:
-                p.wait(timeout=max(1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                pass
-            try:  # whatever the leader did, no child (api-server workers, executor workers) outlives the suite
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.pg.stop()
+        """Every component's process group and PostgreSQL gone, within seconds and deaf to Ctrl-C: on a Ctrl-C under
+        xdist, a worker gets a second SIGINT from execnet 5 s into its teardown and is killed 10 s in; either would
+        leave the rest of a slower or interruptible stop running."""
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            for p in self.procs:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            self.pg.stop()
+            deadline = time.time() + 5
+            for p in self.procs:
+                try:
+                    p.wait(timeout=max(0.1, deadline - time.time()))
+                except subprocess.TimeoutExpired:
+                    pass
+                try:  # whatever the leader did, no child (api-server workers, executor workers) outlives the suite
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, previous)
 
     def _wait_healthy(self, timeout: float = 600) -> None:  # a bound for a loaded machine
         deadline = time.time() + timeout
