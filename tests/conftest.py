@@ -103,7 +103,7 @@ def _no_faults_leak() -> None:
 # ---------------------------------------------------------------------------------------------------- test tiers
 #: Every test belongs to one tier, assigned here and nowhere else: by directory, and within tests/protocol by module
 #: for those that run real worker processes, table formats or long schedules. A plain ``pytest`` runs the ``unit``
-#: tier (in-process, seconds); ``pytest --tier all`` runs every tier (what CI runs); ``--tier s3,airflow`` some.
+#: tier (in-process, seconds); ``pytest --tier all -n 2`` runs every tier (what CI runs); ``--tier s3,airflow`` some.
 #: Paths or node ids named on the command line run whatever tier they are in.
 TIERS = ("unit", "heavy", "s3", "airflow", "system")
 _TIER_OF_DIR = {"s3": "s3", "airflow": "airflow", "deployment": "system", "compat": "system", "packaging": "system",
@@ -151,4 +151,43 @@ def pytest_collection_modifyitems(config, items):
         (keep if tier in wanted else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
-        items[:] = keep
+    items[:] = sorted(keep, key=lambda item: _rank(work_unit(item.nodeid)))
+
+
+# ------------------------------------------------------------------------------------------------- parallel runs
+#: Under pytest-xdist (CI's ``-n 2``) a unit of work is one test module: its module-scoped fixtures are set up once
+#: and its tests keep their order. The modules driving the one session-scoped LocalExecutor deployment
+#: (``tests/deployment/conftest.py``) are one unit, so that a single worker starts it (85 s and 0.75 GiB each).
+#: Every other test may run beside any other: each worker imports this conftest, so has its own SESSION_DIR
+#: (Airflow home, SQLite DB, DAGs folder, outputs), and servers (moto, PostgreSQL, api-servers) take free ports.
+_SHARED_DEPLOYMENT = {"tests/deployment/test_real_deployment.py", "tests/deployment/test_taskflow_deployment.py",
+                      "tests/deployment/test_ui.py"}
+#: Units are handed out longest first, so that no long one starts last while the other worker idles: the system
+#: tier's, in this order (the Airflow 3.1 venv and its suite, then the deployments, ...), then tier by tier.
+_LONGEST_FIRST = ("tests/compat/", "deployment", "tests/deployment/", "tests/powercut/", "tests/packaging/")
+_TIER_ORDER = ("system", "heavy", "airflow", "s3", "unit")
+
+
+def work_unit(nodeid: str) -> str:
+    """The xdist work unit of the test *nodeid*: its module, or ``deployment`` for the modules sharing one."""
+    module = nodeid.split("::", 1)[0]
+    return "deployment" if module in _SHARED_DEPLOYMENT else module
+
+
+def _rank(unit: str) -> tuple[int, int]:
+    first = next((i for i, prefix in enumerate(_LONGEST_FIRST) if unit.startswith(prefix)), len(_LONGEST_FIRST))
+    path = REPO / "tests/deployment/test_ui.py" if unit == "deployment" else REPO / unit
+    return first, _TIER_ORDER.index(tier_of(path))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's scope scheduling over :func:`work_unit`, in the collection's (longest-first) order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    config.option.loadscopereorder = False  # keep the order above, not "most tests first"
+    return WorkUnitScheduling(config, log)

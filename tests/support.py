@@ -1,9 +1,11 @@
-"""Helpers shared by the tests, the fault matrix and the benchmarks: free ports, moto's S3 server, and worker
-processes paused at a fault point."""
+"""Helpers shared by the tests, the fault matrix and the benchmarks: free ports, moto's S3 server, worker processes
+paused at a fault point, a copy of the checkout to build the package from, and Debian packages installed on demand."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,6 +18,42 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+#: what a copy of the checkout leaves out at its top only: ``dist`` further down (``plugins/ui/dist``, the built
+#: Commit status view) is part of the package
+_NOT_SOURCES_AT_TOP = {".git", ".venv", "build", "dist", "demo-output", "airflow_commit_provider.egg-info"}
+
+
+def source_copy(dest: Path) -> Path:
+    """A copy of the checkout at *dest*, to run ``python -m build`` on. A build writes ``build/`` and ``*.egg-info``
+    into the tree it builds, so two builds of the checkout itself at once (the wheel test and the Airflow 3.1
+    venv, on two xdist workers) would mix their files."""
+    top = Path(__file__).resolve().parent.parent
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        skipped = {n for n in names if n in {"__pycache__", ".pytest_cache", ".hypothesis"}}
+        return skipped | (_NOT_SOURCES_AT_TOP & set(names) if Path(directory) == top else set())
+
+    shutil.copytree(top, dest, ignore=ignore)
+    return dest
+
+
+def apt_install(*packages: str) -> bool:
+    """``apt-get install -y`` *packages* (after ``apt-get update`` if the first try fails); whether it succeeded.
+    Root only (as in CI), else False. xdist workers may need packages at the same moment (PostgreSQL for both
+    deployments): a file lock makes this session's installs take turns, and dpkg's lock is waited for (another
+    process's install), not failed on."""
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return False
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "-o", "DPkg::Lock::Timeout=900", "install", "-y", "-q", *packages]
+    with open("/tmp/airflow-commit-provider-apt.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for cmd in (install, ["apt-get", "-o", "DPkg::Lock::Timeout=900", "update", "-q"], install):
+            if subprocess.run(cmd, capture_output=True, env=env).returncode == 0 and "install" in cmd:
+                return True
+    return False
 
 
 def start_moto(env: dict[str, str] | None = None, log: Path | None = None) -> tuple[subprocess.Popen, str]:

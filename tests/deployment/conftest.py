@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -24,6 +25,9 @@ HOME = SESSION_DIR / "deploy-home"
 ROOT = SESSION_DIR / "deploy-outputs"
 WORK = SESSION_DIR / "deploy-work"
 PG = SESSION_DIR / "deploy-pg"
+#: seconds one REST call may take: generous, as CI runs two xdist workers on 2 cores (both maybe driving a
+#: deployment) on a machine that may be loaded; a bound on waiting for an answer, never a pause
+REST_TIMEOUT = 120
 
 
 class Deployment:
@@ -55,22 +59,31 @@ class Deployment:
         self._login()
 
     def stop(self) -> None:
-        for p in self.procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        deadline = time.time() + 20
-        for p in self.procs:
-            try:
-                p.wait(timeout=max(1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                pass
-            try:  # whatever the leader did, no child (api-server workers, executor workers) outlives the suite
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.pg.stop()
+        """Every component's process group and PostgreSQL gone, within seconds and deaf to Ctrl-C: on a Ctrl-C under
+        xdist, a worker gets a second SIGINT from execnet 5 s into its teardown and is killed 10 s in; either would
+        leave the rest of a slower or interruptible stop running."""
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            for p in self.procs:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            self.pg.stop()
+            deadline = time.time() + 5
+            for p in self.procs:
+                try:
+                    p.wait(timeout=max(0.1, deadline - time.time()))
+                except subprocess.TimeoutExpired:
+                    pass
+                try:  # whatever the leader did, no child (api-server workers, executor workers) outlives the suite
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, previous)
 
     def _wait_healthy(self, timeout: float = 600) -> None:  # a bound for a loaded machine
         deadline = time.time() + timeout
@@ -80,7 +93,7 @@ class Deployment:
                 if p.poll() is not None:
                     raise RuntimeError(f"{p.args[1]} exited with {p.returncode}; see {HOME}")
             try:
-                health = requests.get(f"{self.base}/api/v2/monitor/health", timeout=5).json()
+                health = requests.get(f"{self.base}/api/v2/monitor/health", timeout=REST_TIMEOUT).json()
                 last = health
                 if all(health.get(k, {}).get("status") == "healthy"
                        for k in ("metadatabase", "scheduler", "triggerer", "dag_processor")):
@@ -93,19 +106,19 @@ class Deployment:
     def _login(self) -> None:
         passwords = json.loads((HOME / "simple_auth_manager_passwords.json.generated").read_text())
         token = requests.post(f"{self.base}/auth/token", json={"username": "admin", "password": passwords["admin"]},
-                              timeout=10).json()["access_token"]
+                              timeout=REST_TIMEOUT).json()["access_token"]
         self.session.headers["Authorization"] = f"Bearer {token}"
 
     # ---------------------------------------------------------------- REST helpers
     def api(self, method: str, path: str, **kw) -> dict:
-        resp = self.session.request(method, f"{self.base}/api/v2{path}", timeout=30, **kw)
+        resp = self.session.request(method, f"{self.base}/api/v2{path}", timeout=REST_TIMEOUT, **kw)
         assert resp.status_code < 300, f"{method} {path}: {resp.status_code} {resp.text}"
         return resp.json() if resp.content else {}
 
     def wait_dag(self, dag_id: str, timeout: float = 180) -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:
-            resp = self.session.get(f"{self.base}/api/v2/dags/{dag_id}", timeout=10)
+            resp = self.session.get(f"{self.base}/api/v2/dags/{dag_id}", timeout=REST_TIMEOUT)
             if resp.status_code == 200:
                 if resp.json().get("is_paused"):
                     self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
@@ -168,7 +181,7 @@ class Deployment:
         """The task log of one try (the api-server reads the log files; nothing is served by the workers)."""
         resp = self.session.get(f"{self.base}/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/"
                                 f"{try_number}", params={"full_content": "true"},
-                                headers={"Accept": "application/json"}, timeout=30)
+                                headers={"Accept": "application/json"}, timeout=REST_TIMEOUT)
         assert resp.status_code == 200, resp.text
         return json.dumps(resp.json())
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import requests
 
 from ..support import free_port, start_moto
-from .conftest import Deployment
+from .conftest import REST_TIMEOUT, Deployment
 from .postgres import Postgres, ensure_debian_packages
 
 REPO = Path(__file__).resolve().parents[2]
@@ -225,7 +225,7 @@ class CeleryDeployment(Deployment):
     def _login(self) -> None:
         passwords = json.loads((self.home / "simple_auth_manager_passwords.json.generated").read_text())
         token = requests.post(f"{self.base}/auth/token", json={"username": "admin", "password": passwords["admin"]},
-                              timeout=10).json()["access_token"]
+                              timeout=REST_TIMEOUT).json()["access_token"]
         self.session.headers["Authorization"] = f"Bearer {token}"
 
     def memory(self) -> dict[str, float]:

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ..support import free_port
+from ..support import apt_install, free_port
 
 
 def ensure_debian_packages(*packages: str) -> None:
@@ -26,12 +26,9 @@ def ensure_debian_packages(*packages: str) -> None:
     missing = [p for p in packages if not present[p]()]
     if not missing:
         return
-    if os.geteuid() != 0:
-        raise RuntimeError(f"{' and '.join(missing)} missing: apt-get install -y {' '.join(missing)} (as root)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    if subprocess.run(["apt-get", "install", "-y", *missing], env=env, capture_output=True).returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, check=True, capture_output=True)
-        subprocess.run(["apt-get", "install", "-y", *missing], env=env, check=True, capture_output=True)
+    if not apt_install(*missing):
+        raise RuntimeError(f"{' and '.join(missing)} missing and not installed: apt-get install -y {' '.join(missing)} "
+                           "(as root)")
 
 
 def pg_bin(name: str) -> str:

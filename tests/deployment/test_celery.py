@@ -28,6 +28,7 @@ from airflow_commit_provider.protocol import read_success_marker
 from ..conftest import SESSION_DIR
 from ..protocol import scenario as sc
 from ..support import forget_s3_clients
+from .conftest import REST_TIMEOUT
 
 pytestmark = [pytest.mark.celery, pytest.mark.timeout(900)]
 
@@ -115,12 +116,12 @@ def test_mapped_writes_land_on_both_workers_magic_status_view_and_rest(celery_de
     assert manifest["algorithm"] == "magic", manifest["algorithm"]
 
     # the commit-status view (plugin on the api-server, reading S3 through the connection) and the REST API
-    status = dep.session.get(f"{dep.base}/commit-status/api/dags/{dag_id}/runs/{run_id}", timeout=60)
+    status = dep.session.get(f"{dep.base}/commit-status/api/dags/{dag_id}/runs/{run_id}", timeout=REST_TIMEOUT)
     assert status.status_code == 200, status.text
     stage = status.json()["stages"][0]
     assert stage["state"] == "committed" and stage["totals"] == manifest["totals"]
     tasks = dep.session.get(f"{dep.base}/commit-status/api/dags/{dag_id}/runs/{run_id}/stages/"
-                            f"{stage['setup_task_id']}/tasks", timeout=60).json()
+                            f"{stage['setup_task_id']}/tasks", timeout=REST_TIMEOUT).json()
     assert tasks["total"] == TASKS and {t["status"] for t in tasks["items"]} == {"committed"}
     store = dep.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/stage.write/state-store",
                     params={"map_index": 3})
@@ -194,7 +195,7 @@ def test_worker_sigkilled_mid_write_is_retried_on_the_other_worker(celery_deploy
     task2 = next(t for t in manifest["tasks"] if t["task"] == 2)
     assert task2["attempt"] == 2 and task2["failed_attempts"] == ["0.1"], task2
     tasks = dep.session.get(f"{dep.base}/commit-status/api/dags/{dag_id}/runs/{run_id}/stages/stage.setup/tasks",
-                            timeout=60).json()["items"]
+                            timeout=REST_TIMEOUT).json()["items"]
     failed = {t["task"]: t["failed_attempts"] for t in tasks}
     assert failed[2] == ["0.1"], failed
 

@@ -28,7 +28,8 @@ import requests
 from airflow_commit_provider.protocol import read_success_marker
 
 from ..conftest import SESSION_DIR
-from ..support import free_port
+from ..support import apt_install, free_port
+from .conftest import REST_TIMEOUT
 
 pytestmark = pytest.mark.deployment
 
@@ -50,7 +51,7 @@ def committed_run(deployment):
 
 
 def _api(dep, path: str, **params) -> dict:
-    resp = dep.session.get(f"{dep.base}{API}/{path}", params=params, timeout=60)
+    resp = dep.session.get(f"{dep.base}{API}/{path}", params=params, timeout=REST_TIMEOUT)
     assert resp.status_code == 200, f"{path}: {resp.status_code} {resp.text}"
     return resp.json()
 
@@ -61,14 +62,14 @@ def test_every_route_needs_airflow_auth_and_docs_are_not_a_blank_page(deployment
               f"{API}/{run}/stages/stage.setup/files", "/commit-status/openapi.json",
               "/commit-status/static/commit-status.js"]
     for path in routes:
-        assert requests.get(deployment.base + path, timeout=10).status_code == 401, path
-        bad = requests.get(deployment.base + path, headers={"Authorization": "Bearer not-a-token"}, timeout=10)
+        assert requests.get(deployment.base + path, timeout=REST_TIMEOUT).status_code == 401, path
+        bad = requests.get(deployment.base + path, headers={"Authorization": "Bearer not-a-token"}, timeout=REST_TIMEOUT)
         assert bad.status_code in (401, 403), path
-        assert deployment.session.get(deployment.base + path, timeout=60).status_code == 200, path
+        assert deployment.session.get(deployment.base + path, timeout=REST_TIMEOUT).status_code == 200, path
     # FastAPI's /docs and /redoc load Swagger UI / ReDoc from a CDN: blank without internet, so they are not served
     for docs in ("docs", "redoc"):
-        assert deployment.session.get(f"{deployment.base}/commit-status/{docs}", timeout=30).status_code == 404
-    bundle = deployment.session.get(f"{deployment.base}/commit-status/static/commit-status.js", timeout=30)
+        assert deployment.session.get(f"{deployment.base}/commit-status/{docs}", timeout=REST_TIMEOUT).status_code == 404
+    bundle = deployment.session.get(f"{deployment.base}/commit-status/static/commit-status.js", timeout=REST_TIMEOUT)
     assert bundle.headers["content-type"].startswith("text/javascript") and b"AirflowPlugin" in bundle.content
     status = _api(deployment, run)
     [stage] = status["stages"]
@@ -91,12 +92,7 @@ def test_task_state_store_and_distinct_extra_links(deployment, committed_run):
 # ------------------------------------------------------------------------------------------------ the browser
 def _chromium() -> str:
     path = shutil.which("chromium")
-    if path is None and shutil.which("apt-get") and os.geteuid() == 0:
-        for cmd in (["apt-get", "install", "-y", "-q", "chromium"], ["apt-get", "update", "-q"],
-                    ["apt-get", "install", "-y", "-q", "chromium"]):
-            env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-            if subprocess.run(cmd, capture_output=True, env=env).returncode == 0 and cmd[1] == "install":
-                break
+    if path is None and apt_install("chromium"):
         path = shutil.which("chromium")
     if path is None:  # a skipped browser test proves nothing: without a browser the suite fails
         pytest.fail("Debian's chromium is not installed and could not be installed (apt-get unavailable or "
@@ -604,7 +600,7 @@ def api_server_under_a_path(deployment):
 
 def _answers(url: str) -> bool:
     try:
-        return requests.get(url, timeout=5).status_code == 200
+        return requests.get(url, timeout=REST_TIMEOUT).status_code == 200
     except requests.RequestException:
         return False
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO
+from ..support import source_copy
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +30,9 @@ def _run(cmd, **kw) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    _run([sys.executable, "-m", "build", "--outdir", out, REPO], timeout=600)
+    # from a copy: a build writes into the tree it builds, and the compat venv may be building the checkout at once
+    source = source_copy(tmp_path_factory.mktemp("source") / "src")
+    _run([sys.executable, "-m", "build", "--outdir", out, source], timeout=600)
     return out
 
 

@@ -68,6 +68,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..support import apt_install
+
 CANARY = ".powercut-canary"
 CANARY_BYTES = b"canary" * 8192
 TOOLS = ("losetup", "mount", "umount", "cp")
@@ -117,13 +119,8 @@ def unavailable(fs: FileSystem | None = None) -> str | None:
 def install_tools(fs: FileSystem) -> None:
     """Install *fs*'s tools with apt-get when they are missing and this is root (as CI is): a power cut of *fs*
     that cannot be simulated fails the tests, it is not skipped (:func:`unavailable` then says what is missing)."""
-    if shutil.which(fs.mkfs[0]) or os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "install", "-y", "-q", fs.package], ["apt-get", "update", "-q"],
-                ["apt-get", "install", "-y", "-q", fs.package]):
-        if subprocess.run(cmd, capture_output=True, env=env).returncode == 0 and cmd[1] == "install":
-            return
+    if not shutil.which(fs.mkfs[0]):
+        apt_install(fs.package)
 
 
 def _run(*argv: str) -> str:
