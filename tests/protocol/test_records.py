@@ -242,3 +242,18 @@ def test_a_corrupt_field_stops_job_commit_naming_the_record(tmp_path):
         c.commit_job(4)
     assert not os.path.exists(os.path.join(root, "_SUCCESS"))
     assert not any(p.suffix == ".parquet" for p in Path(root).glob("day=*/*"))
+
+
+@pytest.mark.parametrize("value", [
+    [{"path": "p=1/part-00000.parquet", "size": 466, "rows": None, "task": 0}, {"path": "b", "size": 1, "rows": 3,
+                                                                                 "task": 10 ** 20}],
+    [{"task": 1, "failed_attempts": ["0.1"], "denied_attempts": [], "recovered_from_app": None, "ok": True}],
+    ["date=2026-12-02/région=é", 'a"b', "back\\slash", "tab\there", "\x1f", "\u2028"],
+    [Path("/x"), {"k": Path("y")}],   # not JSON: json's default=str
+    [],
+])
+def test_long_lists_encode_to_jsons_bytes(value):
+    """The manifest's long lists (msgspec, for speed) are the bytes ``json`` writes: _SUCCESS is byte for byte
+    what it was, escapes and non-ASCII included."""
+    assert records.encode_plain(value) == records.encode(value) == json.dumps(
+        value, separators=(",", ":"), default=str).encode()
