@@ -7,8 +7,8 @@ median per version and their ratio (this checkout / REF). Alternating in one run
 for both (a restructuring must stay within noise of what it replaces; issue 21).
 
 With ``--bench MODULE`` (e.g. ``jobcommit``), both versions run *this checkout's* ``benchmarks.MODULE`` (with its
-defaults, which measure several runs themselves, or ``--bench-args``) over their own package: REF's tree gets this checkout's
-benchmarks, so a benchmark added after REF measures REF too, and both run the same measurement. Where the rows
+defaults, which measure several runs themselves, or with ``--bench-args``) over their own package: REF's tree gets
+this checkout's benchmarks, so a benchmark added after REF measures REF too, and both run the same measurement. Where the rows
 carry ``x_floor`` (a floor measured in the same run), both versions' ratios are printed as well: under a load that
 changes between rounds, they are what compares.
 """

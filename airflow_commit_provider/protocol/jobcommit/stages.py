@@ -364,7 +364,7 @@ def task_entry(rec: TaskCommitRecord, history: dict[str, list[str]] | None) -> d
 def check_tree(scope: Job, recs: Iterable[TaskCommitRecord]) -> None:
     """Before the first visible change of a job commit: no link and no other volume where the commit creates,
     moves or deletes (the destination partitions, the job's directory, anything readers see)."""
-    dirs = {partition_of(f.path) for rec in recs for f in rec.files} | {scope.layout.job_dir}
+    dirs = {f.path.rpartition("/")[0] for rec in recs for f in rec.files} | {scope.layout.job_dir}   # partition_of
     scope.store.check_tree(dirs - {""}, visible=True)
 
 
