@@ -7,8 +7,8 @@ median per version and their ratio (this checkout / REF). Alternating in one run
 for both (a restructuring must stay within noise of what it replaces; issue 21).
 
 With ``--bench MODULE`` (e.g. ``jobcommit``), both versions run *this checkout's* ``benchmarks.MODULE`` (with its
-defaults, which measure several runs themselves) over their own package: REF's tree gets this checkout's
-benchmarks, so a benchmark added after REF measures REF too, and both run the same measurement. Where the rows
+defaults, which measure several runs themselves, or with ``--bench-args``) over their own package: REF's tree gets
+this checkout's benchmarks, so a benchmark added after REF measures REF too, and both run the same measurement. Where the rows
 carry ``x_floor`` (a floor measured in the same run), both versions' ratios are printed as well: under a load that
 changes between rounds, they are what compares.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -48,9 +49,9 @@ def export(ref: str, into: Path, bench: str | None = None) -> Path:
     return into / "tree"
 
 
-def run_once(tree: Path, only: str, out: Path, bench: str | None = None) -> list[dict]:
+def run_once(tree: Path, only: str, out: Path, bench: str | None = None, bench_args: str = "") -> list[dict]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    args = ["--json", str(out)] if bench else ["--quick", "--only", only, "--json", str(out)]
+    args = [*shlex.split(bench_args), "--json", str(out)] if bench else ["--quick", "--only", only, "--json", str(out)]
     print(f"== {tree}", flush=True)
     subprocess.run([sys.executable, "-m", f"benchmarks.{bench or 'run'}", *args],   # a --bench prints its table
                    cwd=tree, env=env, check=True, stdout=None if bench else subprocess.DEVNULL)
@@ -68,6 +69,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", default="local,s3")
     parser.add_argument("--bench", default=None, help="run this checkout's benchmarks.BENCH against both packages")
+    parser.add_argument("--bench-args", default="", help='arguments for --bench, e.g. "--n 10000,100000 --runs 3"')
     args = parser.parse_args()
     ref = args.ref or default_ref()
     with tempfile.TemporaryDirectory(prefix="bench-versions-") as tmp:
@@ -76,7 +78,7 @@ def main() -> int:
         ratios: dict[str, dict[tuple, list[float]]] = {"this": {}, ref: {}}
         for n in range(args.rounds):
             for name, tree in (("this", REPO), (ref, old_tree)) if n % 2 == 0 else ((ref, old_tree), ("this", REPO)):
-                for row in run_once(tree, args.only, Path(tmp) / f"{n}.json", args.bench):
+                for row in run_once(tree, args.only, Path(tmp) / f"{n}.json", args.bench, args.bench_args):
                     if isinstance(row.get("median"), (int, float)):
                         samples[name].setdefault(key(row), []).append(row["median"])
                     if isinstance(row.get("x_floor"), (int, float)):

@@ -191,23 +191,22 @@ class Job:
     def task_records(self, app: int, tasks: Sequence[int], job_uuid: str) -> dict[int, TaskCommitRecord]:
         """:meth:`task_record` of each of *tasks* (those that have one of generation *job_uuid*), as job commit reads
         them: in :attr:`commit_threads` runs of every n-th task, one pool task per run (a local record reads in
-        microseconds: a pool task per record cost more than the read), each record parsed once all are read."""
-        rels = [self.layout.task_record(app, task) for task in tasks]
-        data: list[bytes | None] = [None] * len(rels)
-        runs = max(1, min(self.commit_threads, len(rels)))
+        microseconds: a pool task per record cost more than the read), each run one
+        :meth:`~.stores.Store.read_in_dir` of the records' directory, each record parsed once all are read."""
+        directory = self.layout.commits_dir(app)
+        names = [self.layout.task_record(app, task).rpartition("/")[2] for task in tasks]
+        data: list[bytes | None] = [None] * len(names)
+        runs = max(1, min(self.commit_threads, len(names)))
 
         def read(run: range) -> None:
-            for i in run:
-                try:
-                    data[i] = self.store.read_bytes(rels[i])
-                except FileNotFoundError:
-                    continue
+            for i, raw in zip(run, self.store.read_in_dir(directory, [names[i] for i in run])):
+                data[i] = raw
 
-        parallel(read, [range(k, len(rels), runs) for k in range(runs)], runs)
+        parallel(read, [range(k, len(names), runs) for k in range(runs)], runs)
         out = {}
-        for task, rel, raw in zip(tasks, rels, data):
+        for task, name, raw in zip(tasks, names, data):
             if raw is not None:
-                rec = TaskCommitRecord.from_json(raw, self.store.url(rel))
+                rec = TaskCommitRecord.from_json(raw, self.store.url(f"{directory}/{name}"))
                 if rec.job_uuid == job_uuid:
                     out[task] = rec
         return out

@@ -50,6 +50,8 @@ def test_head_records_read_and_write_back_byte_for_byte(path):
     assert TaskCommitRecord._checked(json.loads(data), str(path)) == rec, "the inline check and the field by " \
         "field check read the same record"
     assert rec.to_doc() == records.loads("task-commit", data, str(path)), "the public dict is the one read before"
+    assert rec == TaskCommitRecord.from_doc(json.loads(data), str(path)), "the one-pass decoding of a record as " \
+        "to_json writes it reads what json and from_doc read"
 
 
 @pytest.mark.parametrize("job", [JOB, "magic"])
@@ -134,13 +136,18 @@ CORRUPTIONS = [
 ]
 
 
+#: a record spaced as json.dumps writes it, and compact as to_json does (the one-pass decoding's way in)
+ENCODINGS = {"spaced": lambda doc: json.dumps(doc).encode(), "compact": records.encode}
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
 @pytest.mark.parametrize("field,value,message", CORRUPTIONS,
                          ids=[f"{f}={'deleted' if v is _DELETE else repr(v)}" for f, v, _ in CORRUPTIONS])
-def test_each_corruption_is_named_with_file_and_field(field, value, message):
+def test_each_corruption_is_named_with_file_and_field(field, value, message, encoding):
     doc = json.loads(head_record(1, 0))   # an adopted record: every field present
     _set(field, value)(doc)
     with pytest.raises(CorruptRecord) as raised:
-        TaskCommitRecord.from_json(json.dumps(doc).encode(), WHERE)
+        TaskCommitRecord.from_json(ENCODINGS[encoding](doc), WHERE)
     assert str(raised.value).startswith(WHERE) and message in str(raised.value)
 
 
@@ -163,6 +170,8 @@ def test_magic_corruption_is_named(field, value, message):
     (b"[1, 2]", "is not a JSON object"),
     (b"", "is not valid JSON"),
     (b"\xff\xfe", "is not valid JSON"),
+    (b'{"format":"airflow-commit-provider/task-commit","version":1,"job_id":', "is not valid JSON"),
+    (b'{"format":"airflow-commit-provider/task-commit","version":1,"job_id":"j\xff"}', "is not valid JSON"),
 ])
 def test_unparsable_records_are_named(data, message):
     with pytest.raises(CorruptRecord) as raised:
@@ -176,7 +185,8 @@ def test_unknown_fields_are_ignored():
     doc["checksum"] = "abc"
     doc["files"][0]["etag"] = "x"
     rec = TaskCommitRecord.from_doc(doc, WHERE)
-    assert rec == TaskCommitRecord.from_json(head_record(0, 1), WHERE)
+    assert rec == TaskCommitRecord.from_json(head_record(0, 1), WHERE) == TaskCommitRecord.from_json(
+        records.encode(doc), WHERE)
 
 
 # ---------------------------------------------------------------------------------------------- through the committer
@@ -232,3 +242,18 @@ def test_a_corrupt_field_stops_job_commit_naming_the_record(tmp_path):
         c.commit_job(4)
     assert not os.path.exists(os.path.join(root, "_SUCCESS"))
     assert not any(p.suffix == ".parquet" for p in Path(root).glob("day=*/*"))
+
+
+@pytest.mark.parametrize("value", [
+    [{"path": "p=1/part-00000.parquet", "size": 466, "rows": None, "task": 0}, {"path": "b", "size": 1, "rows": 3,
+                                                                                 "task": 10 ** 20}],
+    [{"task": 1, "failed_attempts": ["0.1"], "denied_attempts": [], "recovered_from_app": None, "ok": True}],
+    ["date=2026-12-02/région=é", 'a"b', "back\\slash", "tab\there", "\x1f", "\u2028"],
+    [Path("/x"), {"k": Path("y")}],   # not JSON: json's default=str
+    [],
+])
+def test_long_lists_encode_to_jsons_bytes(value):
+    """The manifest's long lists (msgspec, for speed) are the bytes ``json`` writes: _SUCCESS is byte for byte
+    what it was, escapes and non-ASCII included."""
+    assert records.encode_plain(value) == records.encode(value) == json.dumps(
+        value, separators=(",", ":"), default=str).encode()

@@ -342,14 +342,16 @@ class Cleanup(Stage[dict[str, Any], dict[str, Any]]):
 def build_manifest(scope: Job, job: JobRecord, plan: Plan, resumed: bool, renamed: int) -> SuccessManifest:
     """The ``_SUCCESS`` document of a job commit, from its plan and records (durations are added last)."""
     recs = plan.recs
-    files = sorted(({"path": f.path, "size": f.size, "rows": f.rows, "task": rec.task}
-                    for rec in recs for f in rec.files), key=lambda f: f["path"])
-    rows = [f["rows"] for f in files]
+    # per file: one dict, no function call (10,000 and more); paths are unique (RecoverTasks), so sorting the
+    # entries sorts by path, and the records' files come sorted, which timsort finds in one pass
+    entries = sorted([(f.path, f.size, f.rows, rec.task) for rec in recs for f in rec.files])
+    files = [{"path": path, "size": size, "rows": rows, "task": task} for path, size, rows, task in entries]
+    rows = [entry[2] for entry in entries]
     warnings = []
     if scope.publisher.publishes_at_task_commit:
         warnings.append(f"algorithm {scope.publisher.label}: each task's files became visible at its task commit, "
                         "before job commit; readers during the job could see partial output")
-    partitions = sorted({partition_of(f["path"]) for f in files} - {""})
+    partitions = sorted({entry[0].rpartition("/")[0] for entry in entries} - {""})   # partition_of, inline
     history = plan.fixed.attempt_history
     return SuccessManifest(
         committer=scope.publisher.committer_name, algorithm=scope.publisher.algorithm, mode=scope.mode.name,
@@ -357,7 +359,7 @@ def build_manifest(scope: Job, job: JobRecord, plan: Plan, resumed: bool, rename
         generation=job.generation, app_attempt=plan.fixed.app_attempt, labels=dict(job.labels),
         started=plan.fixed.started, finished=records.now_iso(), output=scope.store.url(),
         files=files,
-        totals={"files": len(files), "bytes": sum(f["size"] for f in files),
+        totals={"files": len(files), "bytes": sum(entry[1] for entry in entries),
                 "rows": sum(r for r in rows if r is not None) if None not in rows else None,
                 "tasks": len(recs), "partitions": len(partitions)},
         partitions=partitions,
@@ -384,7 +386,7 @@ def task_entry(rec: TaskCommitRecord, history: dict[str, list[str]] | None) -> d
 def check_tree(scope: Job, recs: Iterable[TaskCommitRecord]) -> None:
     """Before the first visible change of a job commit: no link and no other volume where the commit creates,
     moves or deletes (the destination partitions, the job's directory, anything readers see)."""
-    dirs = {partition_of(f.path) for rec in recs for f in rec.files} | {scope.layout.job_dir}
+    dirs = {f.path.rpartition("/")[0] for rec in recs for f in rec.files} | {scope.layout.job_dir}   # partition_of
     scope.store.check_tree(dirs - {""}, visible=True)
 
 

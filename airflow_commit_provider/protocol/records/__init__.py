@@ -36,6 +36,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+import msgspec
+
 from ..errors import CorruptRecord
 from ..stores import Store
 
@@ -69,6 +71,19 @@ def now_iso() -> str:
 def encode(value: Any) -> bytes:
     """Compact JSON, as every record is written."""
     return json.dumps(value, sort_keys=False, separators=(",", ":"), default=str).encode()
+
+
+def encode_plain(value: Any) -> bytes:
+    """:func:`encode` of a long list of strings, integers, ``None``, booleans, and lists and dicts of those (no
+    floats: msgspec writes some, ``1e-05``, otherwise than json): a job's files and tasks, 10,000 entries and more.
+    msgspec encodes it in a fifth of json's time; its bytes are json's wherever no string needs an escape, which
+    bytes that are ASCII without a backslash show (json escapes every non-ASCII character, msgspec writes UTF-8).
+    Anything else is encoded again by :func:`encode`."""
+    try:
+        out = msgspec.json.encode(value)
+    except (TypeError, msgspec.MsgspecError):   # a value msgspec does not know: json's ``default=str`` does
+        return encode(value)
+    return out if out.isascii() and b"\\" not in out else encode(value)
 
 
 class Encoded(bytes):

@@ -83,8 +83,8 @@ class SuccessManifest:
         """The lists that grow with the job (one entry per file, per task, per partition), encoded: once per
         commit, for the commit log, the root's ``_SUCCESS`` and each partition's (at 10,000 one-file tasks,
         encoding them is as much as a tenth of the renames, each time)."""
-        return {name: records.Encoded(records.encode(getattr(self, name))) for name in ("files", "partitions",
-                                                                                        "tasks")}
+        return {name: records.Encoded(records.encode_plain(getattr(self, name))) for name in ("files", "partitions",
+                                                                                              "tasks")}
 
     def with_costs(self, durations: Mapping[str, float], **diagnostics: Any) -> SuccessManifest:
         """This manifest with the commit's durations and more diagnostics (a new object: this one is frozen)."""
@@ -115,8 +115,7 @@ def marker_dirs_above(paths: Iterable[str]) -> set[str]:
     """Every directory whose subtree holds one of *paths*, the root (``""``) included: the directories whose
     ``_SUCCESS`` stops telling the truth when one of those files appears or goes."""
     dirs = {""}
-    for path in paths:
-        head = partition_of(path)
+    for head in {path.rpartition("/")[0] for path in paths}:   # partition_of, inline: once per file, then per dir
         while head and head not in dirs:
             dirs.add(head)
             head = partition_of(head)

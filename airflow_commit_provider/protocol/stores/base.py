@@ -50,6 +50,18 @@ class Store(ABC):
     def read_bytes(self, rel: str) -> bytes:
         """Content of a file; :class:`FileNotFoundError` when it does not exist."""
 
+    def read_in_dir(self, rel: str, names: Sequence[str]) -> list[bytes | None]:
+        """The content of each file *names* of the directory *rel*, ``None`` for one that does not exist: how job
+        commit reads its task records, thousands in one directory. Here one :meth:`read_bytes` each; the local
+        store opens the directory once, and each name in it."""
+        out: list[bytes | None] = []
+        for name in names:
+            try:
+                out.append(self.read_bytes(f"{rel}/{name}"))
+            except FileNotFoundError:
+                out.append(None)
+        return out
+
     def read_tail(self, rel: str, size: int) -> bytes:
         """The last *size* bytes of a file (all of it when smaller): a Parquet footer without the data."""
         return self.read_bytes(rel)[-size:]

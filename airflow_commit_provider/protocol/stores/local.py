@@ -31,6 +31,16 @@ from .durability import DirSync, fsync_file
 
 #: one read takes a whole record (records are a few hundred bytes; a manifest may be megabytes)
 _FIRST_READ = 1 << 16
+
+
+def _read_to_end(fd: int) -> bytes:
+    """The rest of an open file. Plain system calls: job commit reads one small record per task (10,000 and more),
+    and Python's buffered file object costs twice the reads themselves. Read until end of file: a network file
+    system may return less than asked before it."""
+    parts = []
+    while chunk := os.read(fd, _FIRST_READ if not parts else 1 << 20):
+        parts.append(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 #: what makes :meth:`LocalStore._tmp_for`'s names unique across processes and hosts, and within this process
 _TMP_TAG = os.urandom(6).hex()
 _TMP_SEQ = itertools.count()
@@ -81,17 +91,34 @@ class LocalStore(Store):
         return os.path.isdir(self._p(rel))
 
     def read_bytes(self, rel: str) -> bytes:
-        # Plain system calls: job commit reads one small record per task (10,000 and more), and Python's buffered
-        # file object costs twice the reads themselves. Read until end of file: a network file system may return
-        # less than asked before it.
         fd = os.open(self._p(rel), os.O_RDONLY)
         try:
-            parts = []
-            while chunk := os.read(fd, _FIRST_READ if not parts else 1 << 20):
-                parts.append(chunk)
-            return parts[0] if len(parts) == 1 else b"".join(parts)
+            return _read_to_end(fd)
         finally:
             os.close(fd)
+
+    def read_in_dir(self, rel: str, names: Sequence[str]) -> list[bytes | None]:
+        # each name opened relative to the directory, opened once: the kernel then does not walk the whole path
+        # again for every record (a fifth of the time of reading 10,000 task records)
+        try:
+            dir_fd = os.open(self._p(rel), os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            return [None] * len(names)
+        try:
+            out: list[bytes | None] = []
+            for name in names:
+                try:
+                    fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
+                except FileNotFoundError:
+                    out.append(None)
+                    continue
+                try:
+                    out.append(_read_to_end(fd))
+                finally:
+                    os.close(fd)
+            return out
+        finally:
+            os.close(dir_fd)
 
     def read_tail(self, rel: str, size: int) -> bytes:
         fd = os.open(self._p(rel), os.O_RDONLY)

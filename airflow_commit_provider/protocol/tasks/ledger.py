@@ -110,7 +110,7 @@ class AttemptLedger:
         started: set[tuple[int, int]] = set()
         fates: dict[tuple[int, int], str | None] = {}
         unread: list[tuple[int, int]] = []
-        parsed: dict[str, tuple[int, int] | None] = {}  # an attempt's mark and claim share the name: parse once
+        parsed: dict[str, tuple[int, int] | None] = {}  # mark, claim, work directory: one name, parsed once
         for name in self.store.list_dir_prefix(directory, prefix):
             is_mark = name.endswith(STARTED_SUFFIX)
             base = name[: -len(STARTED_SUFFIX)] if is_mark else name
@@ -127,7 +127,9 @@ class AttemptLedger:
                 unread.append(key)
         if self.store.has_directories:   # work directories are traces there (see :meth:`start`)
             for name in self.store.list_dir_prefix(self.layout.work_root(app), prefix):
-                key = parse_attempt_name(name)
+                key = parsed.get(name, False)   # the attempt's claim or mark was parsed already, as a rule
+                if key is False:
+                    key = parse_attempt_name(name)
                 if key is not None:
                     started.add(key)
         for key in unread:
