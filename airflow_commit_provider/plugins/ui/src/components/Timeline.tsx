@@ -7,7 +7,7 @@ import type { CommitStageName, CommitStageTime } from "../api";
 import { formatSeconds } from "../format";
 import { HelpButton } from "./HelpButton";
 
-const PALETTE = ["blue", "teal", "purple", "orange", "cyan", "pink", "green", "yellow", "red"];
+const PALETTE = ["blue", "teal", "purple", "orange", "cyan", "pink", "green", "yellow", "gray"];
 
 export const Timeline = ({ stages, total, names }: {
   readonly stages: CommitStageTime[]; readonly total: number | null; readonly names: CommitStageName[];
