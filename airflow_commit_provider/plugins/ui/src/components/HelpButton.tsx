@@ -13,7 +13,7 @@ export const HelpButton = ({ term, text }: { readonly term: string; readonly tex
         minW="5" h="5" size="2xs" variant="ghost">?</IconButton>
     </Popover.Trigger>
     <Popover.Positioner>
-      <Popover.Content data-testid="help-popover" maxW="xs">
+      <Popover.Content aria-label={`${term}: what it means`} data-testid="help-popover" maxW="xs">
         <Popover.Arrow><Popover.ArrowTip /></Popover.Arrow>
         <Popover.Body p="3">
           <Text fontSize="sm" fontWeight="normal" textTransform="none">
