@@ -31,6 +31,8 @@ class TaskInstanceRow:
     state: str | None
     try_number: int
     operator: str | None
+    #: seconds of the latest try (``None`` before it ran, and while it runs)
+    duration: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +70,9 @@ def run_snapshot(dag_id: str, run_id: str) -> RunSnapshot:
 
     with create_session() as session:
         run_state = session.query(DagRun.state).filter(DagRun.dag_id == dag_id, DagRun.run_id == run_id).scalar()
-        rows = session.query(TI.task_id, TI.map_index, TI.state, TI.try_number, TI.operator).filter(
-            TI.dag_id == dag_id, TI.run_id == run_id).all()
-    return RunSnapshot(_state(run_state), tuple(TaskInstanceRow(r[0], r[1], _state(r[2]), r[3] or 0, r[4])
+        rows = session.query(TI.task_id, TI.map_index, TI.state, TI.try_number, TI.operator,
+                             TI.duration).filter(TI.dag_id == dag_id, TI.run_id == run_id).all()
+    return RunSnapshot(_state(run_state), tuple(TaskInstanceRow(r[0], r[1], _state(r[2]), r[3] or 0, r[4], r[5])
                                                 for r in rows))
 
 

@@ -17,6 +17,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from fastapi.responses import FileResponse
 from . import airflow_state
 from .generations import run_generation
 from .read_model import FilePage, RunModel, RunStatus, StageModel, TaskPage, TaskStatus, Version
+from .task_order import TaskSort, sort_rows
 
 log = logging.getLogger(__name__)
 
@@ -230,11 +232,13 @@ def run_version(dag_id: str, run_id: str) -> Version:
 @app.get("/api/dags/{dag_id}/runs/{run_id}/stages/{setup_task_id}/tasks", dependencies=DAG_AUTH)
 def stage_tasks(dag_id: str, run_id: str, setup_task_id: str, status: TaskStatus | None = None,
                 task: int | None = None, map_index: int | None = None, offset: int = Query(0, ge=0),
-                limit: int = Query(50, ge=1, le=500), version: str | None = None) -> TaskPage:
+                limit: int = Query(50, ge=1, le=500), version: str | None = None, sort: TaskSort | None = None,
+                desc: bool = False) -> TaskPage:
     """One page of a stage's task table, filtered by status (and to one task number with ``task``, to the
-    shards of one write task instance with ``map_index``)."""
+    shards of one write task instance with ``map_index``), sorted by ``sort`` (``desc``: descending)."""
     model = CACHE.get(dag_id, run_id, version)
-    return _stage(model, setup_task_id).page(model.summary.version, status, offset, limit, task, map_index)
+    return _stage(model, setup_task_id).page(model.summary.version, status, offset, limit, task, map_index,
+                                             order=partial(sort_rows, sort=sort, descending=desc))
 
 
 @app.get("/api/dags/{dag_id}/runs/{run_id}/stages/{setup_task_id}/files", dependencies=DAG_AUTH)

@@ -9,11 +9,12 @@ model, filtered and paged, so a 1,000-task stage never travels whole.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from ..protocol.jobcommit.names import COMMIT_STAGES
 from .airflow_state import RunSnapshot, TaskInstanceRow
 
 StageState = Literal["absent", "running", "committing", "committed", "failed", "unreadable"]
@@ -21,9 +22,6 @@ TaskStatus = Literal["committed", "recovered", "kept", "withdrawn", "running", "
                      "waiting"]
 #: Statuses of a task that is done: its output is decided (published, or kept for recovery).
 DONE = ("committed", "recovered", "kept")
-#: The job commit's stages in the order they run (``total`` is not one; ``client_start`` is outside them). The
-#: view's help panel says what each does.
-COMMIT_STAGES = ("recovery", "plan", "withdraw", "moves", "deletes", "commit_log", "markers", "cleanup_after_success")
 MAX_PAGE = 500
 
 
@@ -50,6 +48,8 @@ class TaskRow(BaseModel):
     failed_attempts: list[str] = Field(default_factory=list)
     denied_attempts: list[str] = Field(default_factory=list)
     unfinished_attempts: list[str] = Field(default_factory=list)
+    #: seconds of the Airflow task instance's latest try (``None`` before it ran)
+    duration: float | None = None
 
 
 class CommitStageTime(BaseModel):
@@ -125,6 +125,13 @@ class Stage(BaseModel):
     replaced_by: str | None = None
 
 
+class CommitStageName(BaseModel):
+    """A job commit stage the view shows (in run order), and what it does."""
+
+    name: str
+    help: str
+
+
 class RunStatus(BaseModel):
     """The view's summary of a DAG run."""
 
@@ -137,6 +144,9 @@ class RunStatus(BaseModel):
     #: whether the page should keep checking for changes
     live: bool
     stages: list[Stage]
+    #: every job commit stage, in run order: the view's timeline and help name these (the protocol's one list)
+    commit_stages: list[CommitStageName] = Field(default_factory=lambda: [
+        CommitStageName(name=k, help=v) for k, v in COMMIT_STAGES.items()])
 
 
 class Version(BaseModel):
@@ -290,7 +300,8 @@ def task_rows(job: Mapping[str, Any], writes: Mapping[int, TaskInstanceRow], sha
                            files=t.get("files", 0) if aid else 0, rows=t.get("rows") if aid else 0,
                            bytes=t.get("bytes", 0) if aid else 0, failed_attempts=failed,
                            denied_attempts=list(t.get("denied_attempts") or []),
-                           unfinished_attempts=list(t.get("unfinished_attempts") or [])))
+                           unfinished_attempts=list(t.get("unfinished_attempts") or []),
+                           duration=ti.duration if ti else None))
     return out
 
 
@@ -415,11 +426,14 @@ class StageModel:
             shards_per_task=shards, table=table_text(job.get("table")), replaced_by=job.get("replaced_by"))
 
     def page(self, version: str, status: str | None, offset: int, limit: int, task: int | None,
-             map_index: int | None = None) -> TaskPage:
+             map_index: int | None = None,
+             order: Callable[[Sequence[TaskRow]], list[TaskRow]] | None = None) -> TaskPage:
         """The rows of *status* (all: ``None``), of one *task*, or of one write task instance (*map_index*: its
-        shards)."""
+        shards), in *order* (:func:`~.task_order.sort_rows`; task order by default)."""
         rows = [r for r in self.rows if (status is None or r.status == status) and (task is None or r.task == task)
                 and (map_index is None or r.map_index == map_index)]
+        if order is not None:
+            rows = order(rows)
         limit = max(1, min(limit, MAX_PAGE))
         return TaskPage(version=version, setup_task_id=self.summary.setup_task_id, status=status, total=len(rows),
                         offset=offset, limit=limit, items=rows[offset:offset + limit])

@@ -344,3 +344,82 @@ def test_a_generation_replaced_while_the_next_one_writes_is_shown_as_committed_a
         assert seen(second.job_uuid, 1).summary.replaced_by is None, "the current generation is shown as it is"
     gone = seen("no-such-generation", 0, "success").summary
     assert (gone.state, gone.replaced_by, gone.tasks_total) == ("absent", "generation 1", 0)
+
+
+@pytest.mark.parametrize("fmt", [None, "delta", "iceberg"])
+def test_every_stage_the_protocol_times_is_one_the_view_lists(tmp_path, fmt):
+    """The stage names have one home (:mod:`~airflow_commit_provider.protocol.jobcommit.names`): every stage
+    class takes its name from it, every duration a real commit records (a table's ``table_commit`` included: 179
+    of 297 ms of an Iceberg commit, once missing from the timeline) is a stage the API lists, and the timeline
+    shows them all, in the listed order."""
+    from airflow_commit_provider.protocol.jobcommit import names, stage, stages, table as table_stage
+
+    assert stages and table_stage  # imported: their Stage subclasses are defined
+    classes = {cls.name for cls in _subclasses(stage.Stage)}
+    assert classes == set(names.COMMIT_STAGES), classes ^ set(names.COMMIT_STAGES)
+    table = None
+    if fmt is not None:
+        pytest.importorskip({"delta": "deltalake", "iceberg": "pyiceberg"}[fmt])
+        from airflow_commit_provider.protocol.tables import table_target
+
+        table = table_target(fmt, str(tmp_path / "events"), table_name="ns.events" if fmt == "iceberg" else None)
+    c = FileOutputCommitter(table.data_root if table else str(tmp_path / "out"), "job", mode="append",
+                            partition_by=["day"], table=table)
+    c.setup_job()
+    run_task_attempt(c, 0, 1, _produce(0, 1))
+    summary = c.commit_job(1)
+    timed = set(summary["durations"]) - {"total", "client_start"}
+    assert timed <= set(names.COMMIT_STAGES), timed - set(names.COMMIT_STAGES)
+    assert (names.TABLE_COMMIT in timed) == (fmt is not None)
+    model = RunModel("d", "r", "v", RunSnapshot("success", ()), [_stage(c, _writes(["success"]), summary, "success")])
+    listed = [s.name for s in model.summary.commit_stages]
+    assert listed == list(names.COMMIT_STAGES) and all(s.help for s in model.summary.commit_stages)
+    shown = [t.name for t in model.summary.stages[0].timeline]
+    assert shown == [n for n in listed if n in timed]
+
+
+def _subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
+
+
+def test_tasks_sorted_by_every_column_blanks_last_ties_in_task_order(tmp_path):
+    """The server sorts the whole stage before it cuts a page: the largest tasks of the stage are on the first
+    page sorted by rows, not the largest of the page shown; a task without the value (nothing committed, a task
+    instance that has not run) comes last whichever the direction."""
+    from functools import partial
+
+    from airflow_commit_provider.plugins.task_order import SORT_KEYS, sort_rows
+
+    c = _committer(tmp_path / "out", partition_by=[])
+    c.setup_job()
+    sizes = {t: (t * 37) % 11 + 1 for t in range(120) if t % 3}   # tasks 0, 3, 6, ...: nothing committed
+    for t, n in sizes.items():
+        run_task_attempt(c, t, 1, lambda w, t=t, n=n: w.write(sc.task_table(t, 1).drop_columns(["day"]).slice(0, n)))
+    tis = tuple(TaskInstanceRow("stage.write", t, "success" if t in sizes else "running", 1, "CommitWriteOperator",
+                                float(t % 7) if t in sizes else None) for t in range(120))
+    stage = _stage(c, tis)
+
+    def page(sort, desc=False, offset=0, status=None):
+        return stage.page("v", status, offset, 50, None, order=partial(sort_rows, sort=sort, descending=desc))
+
+    top = page("rows", desc=True).items
+    assert [r.rows for r in top] == sorted((r.rows for r in stage.rows if r.committed_attempt), reverse=True)[:50]
+    assert [r.task for r in top if r.rows == top[0].rows] == sorted(r.task for r in top if r.rows == top[0].rows)
+    for sort in SORT_KEYS:
+        for desc in (False, True):
+            every = page(sort, desc).total
+            rows = [r for off in range(0, every, 50) for r in page(sort, desc, off).items]
+            assert sorted(r.task for r in rows) == list(range(120)), (sort, desc)
+            key = SORT_KEYS[sort]
+            values = [key(r) for r in rows]
+            have = [v for v in values if v is not None]
+            assert have == sorted(have, reverse=desc), (sort, desc)
+            assert all(v is None for v in values[len(have):]), f"{sort}: a blank before a value"
+    assert [r.task for r in page("bytes").items[:3]] != [0, 1, 2]
+    assert page("duration", desc=True).items[0].duration == 6.0
+    waiting = page("status", status="waiting")
+    assert (waiting.total, {r.status for r in waiting.items}) == (40, {"waiting"})
+    with pytest.raises(ValueError, match="no task order 'size': the orders are task, status"):
+        sort_rows(stage.rows, "size")

@@ -2,9 +2,9 @@
 task state store, the extra links, and the view (a React app rendered inside Airflow's own page, no iframe) in a
 real browser (Debian's Chromium driven by Playwright), in the UI's light and dark modes: a committed, a failed, a
 v2-aborted, a running and a recovered stage, a mapped and an unmapped task instance, a stage of several shards
-per task instance, a run without a stage, a
-1,000-task stage (load time and bytes per refresh measured), and the whole UI under an ``[api] base_url`` with a
-path.
+per task instance, a run without a stage, a run that does not exist, a 1,000-task stage (load time and bytes per
+refresh measured; sorted, and a task found by number), column help by keyboard, axe-core's checks (contrast in
+both modes), and the whole UI under an ``[api] base_url`` with a path.
 
 The screenshots go to ``<session>/artifacts/ui``; with ``COMMIT_UI_SCREENSHOTS=<dir>`` they are copied there too
 (``docs/ui`` holds the README's). Nothing waits on time: every step waits for an observable state (REST API,
@@ -179,6 +179,21 @@ def _shoot(page, name: str, full: bool = False) -> Path:
     return path
 
 
+def _accessible(page, name: str, within: str = VIEW) -> None:
+    """axe-core's checks on the view (Airflow's own page around it is not ours to judge): every text at least
+    4.5:1 against its background (WCAG AA), names and roles of every control, ``aria-sort``; the report goes to
+    the artifacts when a check fails."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    results = Axe().run(page, context={"include": [[within]]},
+                        options={"resultTypes": ["violations"], "runOnly": {"type": "tag", "values": [
+                            "wcag2a", "wcag2aa", "wcag21aa", "best-practice"]}})
+    if results.violations_count:
+        ARTIFACTS.mkdir(exist_ok=True)
+        results.save_to_file(ARTIFACTS / f"axe-{name}.json", violations_only=True)
+    assert results.violations_count == 0, f"{name}: {results.generate_report()}"
+
+
 def _open_tab(browser, deployment, theme: str, dag_id: str, run_id: str, suffix: str = "plugin/commit-status"):
     page = _page(browser, deployment, theme)
     _view(page, f"{deployment.base}/dags/{dag_id}/runs/{run_id}/{suffix}")
@@ -220,17 +235,49 @@ def test_committed_stage(browser, deployment, committed_run, theme):
     finished = datetime.fromisoformat(committed_run["finished"]).astimezone(ZoneInfo(ZONE))
     assert page.inner_text("[data-field=committed_at]") == finished.strftime("%Y-%m-%d %H:%M:%S")
     assert ZONE in page.inner_text("[data-testid=time-zone]")
-    # terms explained once, in a panel (column headers say the same on hover), not underlined everywhere
+    # terms explained once, in a panel (and behind each column's "?" button), not underlined everywhere
     assert page.evaluate("[...document.querySelectorAll('[data-testid=commit-status] *')].filter(e => "
                          "getComputedStyle(e).textDecorationStyle === 'dotted').length") == 0
-    assert "A.T" in (page.get_attribute("th:has-text('committed attempt')", "title") or "")
+    # the table is in task order, said to assistive technology; the other sortable columns say "none"
+    table = "[data-testid=task-table]"
+    assert page.get_attribute(f"{table} th[data-column=task]", "aria-sort") == "ascending"
+    assert page.get_attribute(f"{table} th[data-column=bytes]", "aria-sort") == "none"
+    assert page.get_attribute(f"{table} th[data-column='failed attempts']", "aria-sort") is None
+    _accessible(page, f"committed-{theme}")
     _shoot(page, f"committed-{theme}")
+    _column_help_by_keyboard(page)
+    if theme == "light":
+        _shoot(page, "column-help-light")
+        page.keyboard.press("Escape")
     page.click("[data-testid=help] button")
     help_text = page.inner_text("[data-testid=help]")
+    # the job commit stages the server lists (the protocol's one list), the table transaction included
     for term in ("attempt A.T", "failed attempts", "denied attempts", "unfinished attempts", "generation",
-                 "cleanup_after_success"):
+                 "cleanup_after_success", "table_commit"):
         assert term in help_text, term
+    _accessible(page, f"committed-help-open-{theme}")
     page.context.close()
+
+
+def _column_help_by_keyboard(page) -> None:
+    """A column's help, reached with the keyboard alone: Tab to its "?" button, Enter opens the popover (what a
+    tap does on a touch screen), Escape closes it and gives the focus back; a tap on another opens that one."""
+    button = "[data-testid=task-table] th[data-column='committed attempt'] [data-testid=help-committed-attempt]"
+    page.focus("[data-testid=task-table] [data-testid=sort-status]")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.dataset.testid") == "help-status", "Tab reaches the next help"
+    page.keyboard.press("Tab")   # the committed attempt's sort button
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.getAttribute('aria-label')") == 'What "committed attempt" means'
+    page.keyboard.press("Enter")
+    popover = page.wait_for_selector("[data-testid=help-popover]", state="visible")
+    assert "A.T: application attempt A" in popover.inner_text()
+    assert page.get_attribute(button, "aria-expanded") == "true"
+    page.keyboard.press("Escape")
+    page.wait_for_selector("[data-testid=help-popover]", state="detached")
+    assert page.evaluate("document.activeElement.dataset.testid") == "help-committed-attempt"
+    page.click("[data-testid=task-table] [data-testid=help-bytes]")
+    assert "bytes in the committed attempt's files" in page.inner_text("[data-testid=help-popover]")
 
 
 @pytest.fixture(scope="module")
@@ -536,6 +583,7 @@ def test_1000_tasks_summary_first_paged_and_cheap_to_keep_live(browser, deployme
         assert "500 of 1,000 task(s) committed" in page.inner_text("[data-testid=progress]")
         assert page.locator("[data-testid=task-table] tr[data-task]").count() == 50
         assert page.inner_text("[data-testid=task-table] [data-testid=pager-range]") == "1–50 of 1,000"
+        _accessible(page, f"big-running-{theme}")
         _shoot(page, f"big-running-{theme}")
         pages[theme] = page
     page = pages["light"]
@@ -554,6 +602,7 @@ def test_1000_tasks_summary_first_paged_and_cheap_to_keep_live(browser, deployme
     page.wait_for_function("document.querySelector('[data-testid=task-table] [data-testid=pager-range]').innerText"
                            " === '51–100 of 500'")
     assert page.get_attribute("[data-testid=task-table] tr[data-task] >> nth=0", "data-task") == "550"
+    _sort_and_find(pages["dark"])
     big_run.unlink()
     page.wait_for_function("document.querySelector('[data-testid=stage-state]').innerText === 'committed'")
     assert deployment.wait_run("ui_big", "big") == "success"
@@ -573,6 +622,73 @@ def test_1000_tasks_summary_first_paged_and_cheap_to_keep_live(browser, deployme
     print("1,000-task view:", figures)
     for p in pages.values():
         p.context.close()
+
+
+def _first_task(page) -> str:
+    return page.get_attribute("[data-testid=task-table] tr[data-task] >> nth=0", "data-task") or ""
+
+
+def _sort_and_find(page) -> None:
+    """Sorted on the server across all 1,000 tasks (not within the page shown), announced by ``aria-sort``; a
+    task found by number wherever it is, and a number the stage has not, said so."""
+    table = "[data-testid=task-table]"
+
+    def sort(column: str, testid: str, direction: str) -> None:
+        page.click(f"{table} [data-testid=sort-{testid}]")
+        page.wait_for_function(f"document.querySelector(\"{table} th[data-column='{column}']\")"
+                               f".getAttribute('aria-sort') === '{direction}'")
+
+    sort("task", "task", "descending")
+    page.wait_for_function(f"document.querySelector('{table} tr[data-task]').dataset.task === '999'")
+    assert page.get_attribute(f"{table} th[data-column=status]", "aria-sort") == "none"
+    sort("status", "status", "ascending")   # committed before running; ties in task order
+    page.wait_for_function(f"document.querySelector('{table} tr[data-task]').dataset.task === '0'")
+    sort("status", "status", "descending")
+    page.wait_for_function(f"document.querySelector('{table} tr[data-task]').dataset.task === '500'")
+    assert page.inner_text(f"{table} tr[data-task] >> nth=0 >> [data-testid=task-status]") == "running"
+    sort("rows", "rows", "ascending")   # the 500 running tasks have no rows yet: last, after every committed one
+    assert int(_first_task(page)) < 500
+    page.click(f"{table} [data-testid=page-next]")
+    page.wait_for_function(f"document.querySelector('{table} [data-testid=pager-range]').innerText === "
+                           "'51–100 of 1,000'")
+    page.fill(f"{table} [data-testid=find-task]", "777")
+    page.press(f"{table} [data-testid=find-task]", "Enter")
+    page.wait_for_function(f"document.querySelector('{table} [data-testid=pager-range]').innerText === '1–1 of 1'")
+    assert _first_task(page) == "777" and page.locator(f"{table} tr[data-task]").count() == 1
+    _shoot(page, "find-task-dark")
+    page.fill(f"{table} [data-testid=find-task]", "5000")
+    page.press(f"{table} [data-testid=find-task]", "Enter")
+    assert "No task 5000 in this stage (it has 1,000 tasks)" in page.inner_text(
+        f"{table} [data-testid=find-task-none]")
+    page.fill(f"{table} [data-testid=find-task]", "x1")
+    page.press(f"{table} [data-testid=find-task]", "Enter")
+    assert "is no task number" in page.inner_text(f"{table} [data-testid=find-task-error]")
+    page.click(f"{table} [data-testid=find-task-clear]")
+    page.wait_for_function(f"document.querySelector('{table} [data-testid=pager-range]').innerText === "
+                           "'1–50 of 1,000'")
+    _accessible(page, "big-sorted-dark")
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_a_run_or_dag_that_does_not_exist_says_not_found(browser, deployment, committed_run, theme):
+    """The API answers 404 for a DAG or run Airflow does not have; the view says so, naming them, instead of an
+    empty view, and does not poll."""
+    for dag_id, run_id in ((DAG, "no-such-run"), ("no_such_dag", "no-such-run")):
+        resp = deployment.session.get(f"{deployment.base}{API}/dags/{dag_id}/runs/{run_id}", timeout=60)
+        if resp.status_code == 200:
+            pytest.skip("this API answers 200 for a run that does not exist (the 404 lands with the read model's "
+                        "change): nothing to show yet")
+        assert resp.status_code == 404, (dag_id, resp.status_code, resp.text)
+        page = _page(browser, deployment, theme)
+        _view(page, f"{deployment.base}/dags/{dag_id}/runs/{run_id}/plugin/commit-status", "not-found")
+        text = page.inner_text("[data-testid=not-found]")
+        assert f"Not found: DAG {dag_id}, run {run_id}" in text, text
+        _accessible(page, f"not-found-{theme}", "[data-testid=not-found]")
+        if dag_id == DAG:
+            _shoot(page, f"not-found-{theme}")
+        assert not [u for u in page.requests_seen  # type: ignore[attr-defined]
+                    if "/commit-status/api/" in u and "/version" in u], page.requests_seen  # type: ignore[attr-defined]
+        page.context.close()
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from ..faults import inject
 from ..job import Job
 from ..records.job import JobRecord
 from ..timing import StageClock
+from . import names
 from .stage import JobCommitRun, Plan
 from .table import TableCommitStage
 from .stages import (
@@ -139,11 +140,11 @@ def run_job_commit(scope: Job, job: JobRecord, tasks: Sequence[int] | None,
         TableCommitStage(run)(plan)
     manifest = WriteMarkers(run)(SaveCommitLog(run)((plan, renamed)))
     # _SUCCESS holds the stages up to its own writing; the caller also gets the markers stage and the cleanup
-    manifest["durations"]["markers"] = run.clock.durations["markers"]
+    manifest["durations"][names.MARKERS] = run.clock.durations[names.MARKERS]
     manifest["durations"]["total"] = round(time.monotonic() - run.clock.start, 6)
     cleanup_started = time.monotonic()
     Cleanup(run)(manifest)
-    manifest["durations"]["cleanup_after_success"] = round(time.monotonic() - cleanup_started, 6)
+    manifest["durations"][names.CLEANUP_AFTER_SUCCESS] = round(time.monotonic() - cleanup_started, 6)
     manifest["diagnostics"]["cleanup_deferred"] = defer_cleanup and scope.store.renames_directories
     return manifest
 

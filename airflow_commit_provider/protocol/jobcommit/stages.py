@@ -34,6 +34,7 @@ from ..records.task import TaskCommitRecord
 from ..schemas import check_one_schema
 from ..status import JobStatus
 from ..tasks.attempts import TaskAttempts
+from . import names
 from .stage import Plan, Stage
 from .table import check_table
 
@@ -43,7 +44,7 @@ class RecoverTasks(Stage[Sequence[int], dict[int, TaskCommitRecord]]):
     each task commit's effect finished; :class:`JobIncomplete` naming the tasks nobody committed (I3)."""
 
     checks_generation = False   # reads, and adopts into this generation's application attempt only
-    name = "recovery"
+    name = names.RECOVERY
     fault = "commit_job.after_recovery"
 
     def apply(self, tasks: Sequence[int]) -> dict[int, TaskCommitRecord]:
@@ -118,7 +119,7 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
     at the same moment; the emptiness check refuses what other modes wrote there. A job that replaces
     named files (a compaction) refuses here, changing nothing, when one of them is gone or changed since its setup."""
 
-    name = "plan"
+    name = names.PLAN
 
     def apply(self, recs: dict[int, TaskCommitRecord]) -> Plan:
         scope, job = self.scope, self.run.job
@@ -189,7 +190,7 @@ class WithdrawMarkers(Stage[Plan, Plan]):
     """I9: every marker above a file this commit adds or deletes goes before the first such change. The plan
     names them, so a resumed commit withdraws them again (idempotent) before it continues."""
 
-    name = "withdraw"
+    name = names.WITHDRAW
     fault = "commit_job.after_withdraw"
 
     def apply(self, plan: Plan) -> Plan:
@@ -202,7 +203,7 @@ class Publish(Stage[Plan, int]):
     (:mod:`.publish`); then the publisher's clean-up (magic: abort the job's other uploads). Returns the number
     of directories renamed whole. A compaction (``replace_first``) deletes its inputs first."""
 
-    name = "moves"
+    name = names.MOVES
     fault = "commit_job.after_moves"
 
     def apply(self, plan: Plan) -> int:
@@ -220,7 +221,7 @@ class Publish(Stage[Plan, int]):
 class DeleteOld(Stage[Plan, int]):
     """Delete the plan's old files (after the new ones are in place: I8), then the directories that emptied."""
 
-    name = "deletes"
+    name = names.DELETES
     fault = "commit_job.after_deletes"
 
     def apply(self, plan: Plan) -> int:
@@ -247,7 +248,7 @@ class SaveCommitLog(Stage[tuple[Plan, int], Committed]):
     """Build the manifest and write the commit log ``_commits/<job>.json``, the record of the committed job that
     outlives ``_temporary`` (the next generation's commit replaces these files; the UI reads its history)."""
 
-    name = "commit_log"
+    name = names.COMMIT_LOG
     fault = "commit_job.after_commit_log"
 
     def apply(self, arg: tuple[Plan, int]) -> Committed:
@@ -273,7 +274,7 @@ class WriteMarkers(Stage[Committed, dict[str, Any]]):
     the root's: each partition's a dynamic job wrote, and each the plan restores (a compaction's), unless another
     job of this provider is changing that partition (:func:`restorable`)."""
 
-    name = "markers"
+    name = names.MARKERS
     fault = "commit_job.after_success"
 
     def apply(self, committed: Committed) -> dict[str, Any]:
@@ -325,7 +326,7 @@ class Cleanup(Stage[dict[str, Any], dict[str, Any]]):
     several times the whole commit), and nothing waits for it. Object stores have no directory rename: there
     the job record goes first, then the rest, in batched deletes."""
 
-    name = "cleanup_after_success"
+    name = names.CLEANUP_AFTER_SUCCESS
     fault = "commit_job.after_cleanup"
 
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from ..records.job import JobRecord
 from ..records.task import TaskCommitRecord
 from ..schemas import SchemaGroup, compared, file_path, refuse, without_reference
 from ..tables.common import DataFile, JobTag, SchemaMismatch, TableCommit, describe_difference, parquet_schema
+from . import names
 from .stage import Plan, Stage
 
 
@@ -90,7 +91,7 @@ class TableCommitStage(Stage[Plan, "TableCommit | None"]):
     """The table's one transaction: the planned files added, the files the mode and the job's earlier generation
     replace removed, tagged with the job's id, uuid and generation."""
 
-    name = "table_commit"
+    name = names.TABLE_COMMIT
     fault = "table_commit.after"
 
     def apply(self, plan: Plan) -> TableCommit | None:

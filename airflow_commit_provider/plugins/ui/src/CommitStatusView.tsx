@@ -74,7 +74,7 @@ const initialView = (): View =>
   new URLSearchParams(globalThis.location.search).get("view") === "target" ? "target" : "status";
 
 export const CommitStatusView = ({ dagId, runId, taskId, mapIndex }: CommitStatusProps) => {
-  const { status, error, polls } = useRunStatus(dagId ?? "", runId ?? "");
+  const { status, error, polls, notFound } = useRunStatus(dagId ?? "", runId ?? "");
   const zone = useTimeZone();
   const [view, setView] = useState<View>(initialView);
 
@@ -86,6 +86,19 @@ export const CommitStatusView = ({ dagId, runId, taskId, mapIndex }: CommitStatu
   };
 
   if (!dagId || !runId) return <Text>This view belongs to a DAG run.</Text>;
+  if (notFound !== undefined) {
+    return (
+      <EmptyState.Root data-testid="not-found" size="sm">
+        <EmptyState.Content>
+          <EmptyState.Title>Not found: DAG {dagId}, run {runId}</EmptyState.Title>
+          <EmptyState.Description>
+            Airflow has no such DAG or DAG run ({notFound}). Check the address, or open the run from the DAG's
+            list of runs.
+          </EmptyState.Description>
+        </EmptyState.Content>
+      </EmptyState.Root>
+    );
+  }
   if (!status) {
     return error ? <Text color="fg.error" data-testid="load-error">Commit status: {error}</Text> : <Spinner />;
   }
@@ -135,7 +148,7 @@ export const CommitStatusView = ({ dagId, runId, taskId, mapIndex }: CommitStatu
               ) : undefined}
               {view === "status" ? (
                 <>
-                  <StageSummary stage={stage} zone={zone} />
+                  <StageSummary commitStages={status.commit_stages} stage={stage} zone={zone} />
                   {stage.tasks_total ? (
                     <TaskTable dagId={dagId} mine={mine} runId={runId} stage={stage} version={status.version} />
                   ) : undefined}
@@ -151,8 +164,8 @@ export const CommitStatusView = ({ dagId, runId, taskId, mapIndex }: CommitStatu
           </Box>
         );
       })}
-      <Help />
-      <Text color="fg.subtle" data-polls={polls} data-testid="version" fontSize="xs">version {status.version}</Text>
+      <Help commitStages={status.commit_stages} />
+      <Text color="fg.muted" data-polls={polls} data-testid="version" fontSize="xs">version {status.version}</Text>
     </VStack>
   );
 };

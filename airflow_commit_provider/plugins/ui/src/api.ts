@@ -5,6 +5,8 @@ export type TaskStatus =
   | "committed" | "recovered" | "kept" | "withdrawn" | "running" | "retrying" | "failed" | "unfinished" | "waiting";
 
 export interface CommitStageTime { name: string; seconds: number }
+/** A job commit stage and what it does: the server's list (the protocol's one home for the names), in run order. */
+export interface CommitStageName { name: string; help: string }
 export interface Totals { files: number; bytes: number; rows: number | null; tasks: number; partitions: number | null }
 export interface CommitFailure { at: string | null; stage: string | null; error: string | null; message: string | null }
 export interface Abort { at: string | null; kept_tasks: number[]; visible_files_removed: number }
@@ -48,6 +50,7 @@ export interface RunStatus {
   has_stages: boolean;
   live: boolean;
   stages: Stage[];
+  commit_stages: CommitStageName[];
 }
 
 export interface Version { version: string; live: boolean }
@@ -68,7 +71,11 @@ export interface TaskRow {
   failed_attempts: string[];
   denied_attempts: string[];
   unfinished_attempts: string[];
+  duration: number | null;
 }
+
+/** The orders the server sorts a stage's tasks by (plugins/task_order.py). */
+export type TaskSort = "task" | "status" | "attempt" | "files" | "rows" | "bytes" | "duration";
 
 export interface Page<T> { version: string; setup_task_id: string; total: number; offset: number; limit: number; items: T[] }
 export interface FileRow { path: string; size: number; rows: number | null; task: number | null }
@@ -82,6 +89,13 @@ const apiRoot = (): string => {
 export const runPath = (dagId: string, runId: string): string =>
   `dags/${encodeURIComponent(dagId)}/runs/${encodeURIComponent(runId)}`;
 
+/** A refused request: its HTTP status (404: no such run or DAG) and the server's reason. */
+export class ApiError extends Error {
+  constructor(readonly status: number, readonly detail: string) {
+    super(`${status} ${detail}`);
+  }
+}
+
 export const getJson = async <T,>(path: string, params: Record<string, string | number | undefined> = {},
   signal?: AbortSignal): Promise<T> => {
   const url = new URL(path, apiRoot());
@@ -91,8 +105,11 @@ export const getJson = async <T,>(path: string, params: Record<string, string | 
   const resp = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" }, signal });
   if (!resp.ok) {
     let detail = resp.statusText;
-    try { detail = JSON.stringify((await resp.json()).detail ?? detail); } catch { /* not JSON */ }
-    throw new Error(`${resp.status} ${detail}`);
+    try {
+      const body = (await resp.json()).detail ?? detail;
+      detail = typeof body === "string" ? body : JSON.stringify(body);
+    } catch { /* not JSON */ }
+    throw new ApiError(resp.status, detail);
   }
   return (await resp.json()) as T;
 };

@@ -1,13 +1,20 @@
 // The run's summary, kept current cheaply: while the run is live the page asks for the run's version every
 // few seconds (a few dozen bytes) and fetches the summary again only when it changed; a finished run, or a run
-// without a write stage, is never polled.
+// without a write stage, is never polled; nor is one the server does not know (a 404: no such DAG or run).
 import { useCallback, useEffect, useRef, useState } from "react";
 
-import { getJson, runPath, type RunStatus, type Version } from "./api";
+import { ApiError, getJson, runPath, type RunStatus, type Version } from "./api";
 
 export const POLL_MS = 3000;
 
-export interface RunState { status?: RunStatus; error?: string; polls: number }
+export interface RunState {
+  status?: RunStatus; error?: string; polls: number;
+  /** the server's reason when it knows no such DAG or run (it answered 404): nothing to poll */
+  notFound?: string;
+}
+
+const notFound = (err: unknown): string | undefined =>
+  err instanceof ApiError && err.status === 404 ? err.detail : undefined;
 
 export const useRunStatus = (dagId: string, runId: string): RunState => {
   const [state, setState] = useState<RunState>({ polls: 0 });
@@ -33,13 +40,15 @@ export const useRunStatus = (dagId: string, runId: string): RunState => {
         if ((status ? status.live : v.live)) timer = setTimeout(poll, POLL_MS);
       } catch (err) {
         if (abort.signal.aborted) return;
-        setState((s) => ({ ...s, error: String(err) }));
-        timer = setTimeout(poll, POLL_MS);
+        setState((s) => ({ ...s, error: String(err), notFound: notFound(err) }));
+        if (!notFound(err)) timer = setTimeout(poll, POLL_MS);
       }
     };
     load(abort.signal)
       .then((status) => { if (status.live) timer = setTimeout(poll, POLL_MS); })
-      .catch((err) => { if (!abort.signal.aborted) setState((s) => ({ ...s, error: String(err) })); });
+      .catch((err) => {
+        if (!abort.signal.aborted) setState((s) => ({ ...s, error: String(err), notFound: notFound(err) }));
+      });
     return () => { abort.abort(); if (timer) clearTimeout(timer); };
   }, [path, load]);
 

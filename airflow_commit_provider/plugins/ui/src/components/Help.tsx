@@ -1,10 +1,10 @@
-// The terms, explained once: a collapsed panel under the view (column headers say the same on hover).
+// The terms, explained once: a collapsed panel under the view (each column header's "?" button says the same).
 import { Accordion, Box, DataList, Text } from "@chakra-ui/react";
 
-import { COMMIT_STAGE_HELP } from "../commitStages";
+import type { CommitStageName } from "../api";
 import { STATUS_HELP, STATUS_ORDER, TERMS } from "../terms";
 
-export const Help = () => (
+export const Help = ({ commitStages }: { readonly commitStages: CommitStageName[] }) => (
   <Accordion.Root collapsible data-testid="help" variant="plain">
     <Accordion.Item value="terms">
       <Accordion.ItemTrigger cursor="pointer">
@@ -35,7 +35,7 @@ export const Help = () => (
           <Box mt="4">
             <Text fontWeight="semibold" mb="1">Job commit stages</Text>
             <DataList.Root orientation="horizontal" size="sm">
-              {Object.entries(COMMIT_STAGE_HELP).map(([name, text]) => (
+              {commitStages.map(({ name, help: text }) => (
                 <DataList.Item key={name}>
                   <DataList.ItemLabel minW="44">{name}</DataList.ItemLabel>
                   <DataList.ItemValue>{text}</DataList.ItemValue>

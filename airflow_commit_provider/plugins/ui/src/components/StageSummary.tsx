@@ -2,10 +2,11 @@
 // totals, and the job commit's stages.
 import { Alert, Badge, Box, DataList, HStack, Heading, Progress, Stat, Text } from "@chakra-ui/react";
 
-import type { Stage } from "../api";
+import type { CommitStageName, Stage } from "../api";
 import { formatBytes, formatNumber } from "../format";
 import { STATUS_COLORS, STATUS_HELP, STATUS_ORDER, TERMS } from "../terms";
 import { formatTime } from "../time";
+import { HelpButton } from "./HelpButton";
 import { StageBadge } from "./StateBadge";
 import { Timeline } from "./Timeline";
 
@@ -42,7 +43,7 @@ export const StageFacts = ({ stage, zone }: { readonly stage: Stage; readonly zo
       orientation="vertical" size="sm">
       {facts.filter(([, v]) => v !== null && v !== undefined && v !== "").map(([label, value, help]) => (
         <DataList.Item gridColumn={label === "target" || label === "table" ? "span 2" : undefined} key={label}>
-          <DataList.ItemLabel title={help}>{label}</DataList.ItemLabel>
+          <DataList.ItemLabel>{label}{help ? <HelpButton term={label} text={help} /> : undefined}</DataList.ItemLabel>
           <DataList.ItemValue data-field={label.replaceAll(" ", "_")} wordBreak="break-all">{value}</DataList.ItemValue>
         </DataList.Item>
       ))}
@@ -50,7 +51,9 @@ export const StageFacts = ({ stage, zone }: { readonly stage: Stage; readonly zo
   );
 };
 
-export const StageSummary = ({ stage, zone }: { readonly stage: Stage; readonly zone: string }) => {
+export const StageSummary = ({ stage, zone, commitStages }: {
+  readonly stage: Stage; readonly zone: string; readonly commitStages: CommitStageName[];
+}) => {
   const live = stage.state === "running" || stage.state === "committing";
   const pct = stage.tasks_total ? Math.round((100 * stage.tasks_done) / stage.tasks_total) : 0;
   return (
@@ -137,7 +140,7 @@ export const StageSummary = ({ stage, zone }: { readonly stage: Stage; readonly 
       {stage.timeline.length ? (
         <Box>
           <Heading mb="2" size="sm">Job commit stages</Heading>
-          <Timeline stages={stage.timeline} total={stage.total_seconds} />
+          <Timeline names={commitStages} stages={stage.timeline} total={stage.total_seconds} />
         </Box>
       ) : undefined}
     </Box>
