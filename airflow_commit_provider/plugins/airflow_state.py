@@ -112,6 +112,18 @@ def run_fingerprint(dag_id: str, run_id: str) -> Fingerprint:
                        tuple(sorted(tuple(map(str, r)) for r in tis)), tuple(map(str, xcoms)))
 
 
+def missing_run(dag_id: str, run_id: str) -> str:
+    """Why the view has nothing for a run the metadata database does not hold: no such DAG, or no such run."""
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        dag = session.query(DagModel.dag_id).filter(DagModel.dag_id == dag_id).scalar()
+    if dag is None:
+        return f"no DAG {dag_id!r}"
+    return f"DAG {dag_id!r} has no run {run_id!r}"
+
+
 def setup_task_ids(dag_id: str, run_id: str) -> list[str]:
     """The run's possible setup tasks (:func:`is_setup_task`), without loading its other task instances."""
     from airflow.models.taskinstance import TaskInstance as TI
