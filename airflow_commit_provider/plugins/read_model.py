@@ -53,6 +53,9 @@ class TaskRow(BaseModel):
     failed_attempts: list[str] = Field(default_factory=list)
     denied_attempts: list[str] = Field(default_factory=list)
     unfinished_attempts: list[str] = Field(default_factory=list)
+    #: attempts whose claim to commit holds while no record of the task exists yet (status ``committing``): not
+    #: denied, whatever ``status()`` lists them as
+    committing_attempts: list[str] = Field(default_factory=list)
 
 
 class CommitStageTime(BaseModel):
@@ -257,6 +260,7 @@ def task_rows(job: Mapping[str, Any], writes: Mapping[int, TaskInstanceRow], sha
         if aid is not None and "rows" not in t:
             t = {**t, **from_files.get(n, {"rows": None, "bytes": 0})}
         status, why = task_status(job, t, ti, aid, n in kept, shards, run_active)
+        claimed = list(t.get("denied_attempts") or [])
         out.append(TaskRow(task=n, map_index=map_index, shard=shard if shards > 1 else None, status=status, why=why,
                            airflow_state=ti.state if ti else None,
                            try_number=ti.try_number if ti else None, committed_attempt=aid,
@@ -264,8 +268,9 @@ def task_rows(job: Mapping[str, Any], writes: Mapping[int, TaskInstanceRow], sha
                            files=t.get("files", 0) if aid else 0, rows=t.get("rows") if aid else 0,
                            bytes=t.get("bytes", 0) if aid else 0,
                            failed_attempts=list(t.get("failed_attempts") or []),
-                           denied_attempts=list(t.get("denied_attempts") or []),
-                           unfinished_attempts=list(t.get("unfinished_attempts") or [])))
+                           denied_attempts=[] if status == "committing" else claimed,
+                           unfinished_attempts=list(t.get("unfinished_attempts") or []),
+                           committing_attempts=claimed if status == "committing" else []))
     return out
 
 

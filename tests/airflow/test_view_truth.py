@@ -200,7 +200,7 @@ def test_a_claimed_commit_without_its_record_is_committing(tmp_path, monkeypatch
     try:
         assert paused.wait(60)
         row = _rows(c, "running")[0]
-        assert (row.status, row.denied_attempts) == ("committing", ["0.1"]), row.why
+        assert (row.status, row.committing_attempts, row.denied_attempts) == ("committing", ["0.1"], []), row.why
     finally:
         release.set()
         worker.join(60)
