@@ -18,7 +18,7 @@ from ..operators.failures import is_deterministic
 from ..operators.hints import abort_command
 from .airflow_state import TaskInstanceRow
 
-Action = Literal["none", "wait", "clear_failed_tasks", "clear_run", "clear_commit_task", "new_job", "fix_setup",
+Action = Literal["none", "wait", "clear_failed_tasks", "clear_run", "clear_commit_task", "new_job",
                  "check_storage"]
 #: Statuses of a task that is done: its output is decided (published, or kept for recovery).
 DONE = ("committed", "recovered", "kept")

@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from fastapi import HTTPException
 
@@ -205,3 +206,111 @@ def test_a_claimed_commit_without_its_record_is_committing(tmp_path, monkeypatch
         release.set()
         worker.join(60)
     assert _rows(c, "success")[0].status == "committed"
+
+
+# ------------------------------------------------------------------------------------------------ advice, followed
+def _model(c: FileOutputCommitter, states: list[str | None], run_state: str = "running",
+           commit_state: str | None = None, conn_id: str | None = None) -> StageModel:
+    tis = tuple(TaskInstanceRow("stage.write", n, s, 1, "CommitWriteOperator") for n, s in enumerate(states))
+    if commit_state is not None:
+        tis += (TaskInstanceRow("stage.commit", -1, commit_state, 1, "CommitJobOperator"),)
+    return StageModel("stage.setup", "stage", c.status(), RunSnapshot(run_state, tis), None, conn_id)
+
+
+def _fails(w):
+    raise RuntimeError("user code failed")
+
+
+def _committer(tmp_path, **kw) -> FileOutputCommitter:
+    return FileOutputCommitter(str(tmp_path / "out"), "job", **{"mode": "append", "partition_by": ["day"], **kw})
+
+
+def test_clear_failed_tasks_then_clear_run_each_followed_commits(tmp_path):
+    """A task that failed with no try left in a live run: "clear only failed tasks" (a new try in the same
+    application attempt) and the job commits. After the teardown: "clear the run" (a new application attempt, the
+    committed task recovered) and the job commits."""
+    c = _committer(tmp_path)
+    c.setup_job()
+    run_task_attempt(c, 0, 1, lambda w: w.write(sc.task_table(0, 1)))
+    with pytest.raises(RuntimeError):
+        run_task_attempt(c, 1, 1, _fails)
+    s = _model(c, ["success", "failed"]).summary
+    assert s.action == "clear_failed_tasks" and "\"Clear only failed tasks\"" in s.next_steps[0]
+    run_task_attempt(c, 1, 2, lambda w: w.write(sc.task_table(1, 2)))   # followed: the cleared task's next try
+    c.commit_job(2)
+    assert _model(c, ["success", "success"], "success").summary.action == "none"
+
+    c = _committer(tmp_path / "second")
+    c.setup_job()
+    run_task_attempt(c, 0, 1, lambda w: w.write(sc.task_table(0, 1)))
+    with pytest.raises(RuntimeError):
+        run_task_attempt(c, 1, 1, _fails)
+    c.abort_job(keep_committed=True)   # the failed run's teardown
+    s = _model(c, ["success", "failed"], "failed").summary
+    assert s.action == "clear_run" and "task 0 will be recovered" in s.next_steps[0]
+    assert c.setup_job().app_attempt == 1   # followed: the cleared run's setup, then its writes
+    assert run_task_attempt(c, 0, 2, lambda w: w.write(sc.task_table(0, 2))).status == "recovered"
+    run_task_attempt(c, 1, 2, lambda w: w.write(sc.task_table(1, 2)))
+    c.commit_job(2)
+    assert _model(c, ["success", "success"], "success").summary.state == "committed"
+
+
+def test_clear_commit_task_followed_resumes_the_commit(tmp_path):
+    """A job commit that failed after its plan was fixed: the advice is to retry or clear the commit task (not
+    the run); followed, the commit resumes from its plan."""
+    c = _committer(tmp_path)
+    c.setup_job()
+    run_task_attempt(c, 0, 1, lambda w: w.write(sc.task_table(0, 1)))
+    faults.arm("commit_job.after_plan")
+    with pytest.raises(faults.InjectedFault):
+        c.commit_job(1)
+    faults.disarm()
+    s = _model(c, ["success"], commit_state="failed").summary
+    assert (s.state, s.action) == ("committing", "clear_commit_task"), s.next_steps
+    assert _model(c, ["success"], commit_state="running").summary.action == "wait"
+    c.commit_job(1)   # followed: the commit task's next try
+    assert _model(c, ["success"], "success").summary.state == "committed"
+
+
+@pytest.mark.parametrize("follow", ["fix_and_clear_run", "abort_and_new_run"])
+def test_a_deterministic_commit_failure_advises_a_fix_not_a_clear_and_each_way_out_commits(tmp_path, follow):
+    """A Delta job whose two tasks wrote different schemas: its commit fails on SchemaMismatch, which every try
+    repeats. The view does not advise a clear of the run or of the commit task; it says a clear cannot help as it
+    is, and gives the fix and the ``airflow-commit abort`` command. Both ways, followed with the code fixed,
+    commit."""
+    import shlex
+
+    pytest.importorskip("deltalake")
+    from airflow_commit_provider.cli import main as cli
+    from airflow_commit_provider.protocol.tables import table_target
+
+    def c_of():
+        table = table_target("delta", str(tmp_path / "events"))
+        return FileOutputCommitter(table.data_root, "job", mode="append", partition_by=["day"], table=table)
+
+    c = c_of()
+    c.setup_job()
+    run_task_attempt(c, 0, 1, lambda w: w.write(sc.task_table(0, 1)))
+    wrong = sc.task_table(1, 1).append_column("extra", pa.array(["x"] * sc.ROWS))
+    run_task_attempt(c, 1, 1, lambda w: w.write(wrong))
+    with pytest.raises(Exception) as err:
+        c.commit_job(2)
+    assert type(err.value).__name__ == "SchemaMismatch"
+    s = _model(c, ["success", "success"], commit_state="failed", conn_id="fs_default").summary
+    assert s.action == "new_job" and "cannot help" in s.next_steps[0], s.next_steps
+    command = next(w.split("`")[1] for w in s.next_steps if "`" in w)
+    words = shlex.split(command)
+    assert words[:2] == ["airflow-commit", "abort"] and words[-2:] == ["--conn-id", "fs_default"]
+    if follow == "fix_and_clear_run":
+        c = c_of()
+        c.setup_job()   # the cleared run: the refused task runs again, with the fixed code
+        for t in (0, 1):
+            run_task_attempt(c, t, 2, lambda w, t=t: w.write(sc.task_table(t, 2)))
+    else:
+        assert cli(words[1:-2]) == 0   # the command as the view gives it (the local disk needs no connection)
+        c = c_of()
+        c.setup_job()   # a new run: a new generation, every task written with the fixed code
+        for t in (0, 1):
+            run_task_attempt(c, t, 1, lambda w, t=t: w.write(sc.task_table(t, 1)))
+    c.commit_job(2)
+    assert _model(c, ["success", "success"], "success").summary.state == "committed"
