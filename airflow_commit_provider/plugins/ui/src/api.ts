@@ -2,7 +2,8 @@
 
 export type StageState = "absent" | "running" | "committing" | "committed" | "failed" | "unreadable";
 export type TaskStatus =
-  | "committed" | "recovered" | "kept" | "withdrawn" | "running" | "retrying" | "failed" | "unfinished" | "waiting";
+  | "committed" | "recovered" | "kept" | "withdrawn" | "committing" | "running" | "retrying" | "failed" | "unfinished"
+  | "waiting";
 
 export interface CommitStageTime { name: string; seconds: number }
 export interface Totals { files: number; bytes: number; rows: number | null; tasks: number; partitions: number | null }
@@ -68,6 +69,7 @@ export interface TaskRow {
   failed_attempts: string[];
   denied_attempts: string[];
   unfinished_attempts: string[];
+  committing_attempts: string[];
 }
 
 export interface Page<T> { version: string; setup_task_id: string; total: number; offset: number; limit: number; items: T[] }
