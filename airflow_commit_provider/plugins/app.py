@@ -25,6 +25,7 @@ from airflow.api_fastapi.core_api.security import get_user, requires_access_dag
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import FileResponse
 
+from ..protocol import FileOutputCommitter
 from . import airflow_state
 from .generations import run_generation
 from .read_model import FilePage, RunModel, RunStatus, StageModel, TaskPage, TaskStatus, Version
@@ -81,25 +82,31 @@ def _stage_job(setup: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def _storage_head(setup: dict[str, Any]) -> tuple[Any, ...]:
-    """A few reads that change when a stage's job changes state (set up, a task attempt claimed, failed or
-    committed, a shard committed, committing, a commit failed, aborted, committed): the job record, one listing of
-    the job's directory (the plan, the commit failure, the application attempts), the abort record's existence,
-    and the listings of the current application attempt's commit records and attempt claims. On S3: 3 requests
-    plus one ListObjectsV2 per 1,000 task records and per 1,000 attempt traces (two per attempt there)."""
+    """:func:`storage_head` of the stage's committer; ``unreadable`` with the error's type when it fails."""
     try:
-        c = _committer(setup)
-        job = c.job_record()
-        if job is None:
-            committed = c.commit_log()
-            return ("log", committed.job_uuid if committed else None)
-        names = sorted(c.store.list_dir(c.layout.job_dir))
-        current = c.job.current_app_attempts(job, names)[0]
-        return ("job", job.job_uuid, current, _digest(names),
-                c.store.exists(c.layout.abort_record(current, job.job_uuid)),
-                _digest(c.store.list_dir(c.layout.commits_dir(current))),
-                _digest(c.store.list_dir(c.layout.attempts_dir(current))))
+        return storage_head(_committer(setup))
     except Exception as exc:
         return ("unreadable", type(exc).__name__)
+
+
+def storage_head(c: FileOutputCommitter) -> tuple[Any, ...]:
+    """A few reads that change when a stage's job changes state (set up, a task attempt claimed, failed or
+    committed, a shard committed, committing, a commit failed, aborted, committed): the job record, one listing of
+    the job's directory (the plan, the commit failure, the application attempts), one of the current application
+    attempt's (its abort record), and the listings of its commit records and attempt claims. On S3: 3 requests
+    plus one ListObjectsV2 per 1,000 task records and per 1,000 attempt traces (two per attempt there); a file's
+    existence would cost two (HeadObject, then a listing for a directory of that name)."""
+    job = c.job_record()
+    if job is None:
+        committed = c.commit_log()
+        return ("log", committed.job_uuid if committed else None)
+    names = sorted(c.store.list_dir(c.layout.job_dir))
+    current = c.job.current_app_attempts(job, names)[0]
+    aborted = c.layout.abort_record(current, job.job_uuid).rsplit("/", 1)[-1] in c.store.list_dir(
+        c.layout.app_dir(current))
+    return ("job", job.job_uuid, current, _digest(names), aborted,
+            _digest(c.store.list_dir(c.layout.commits_dir(current))),
+            _digest(c.store.list_dir(c.layout.attempts_dir(current))))
 
 
 def _digest(names: list[str]) -> str:
