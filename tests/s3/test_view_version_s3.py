@@ -1,6 +1,6 @@
 """What the Commit status view's version check costs on S3 (moto's server over HTTP): per stage and poll, a
-fixed handful of requests, whatever the stage's size (up to 1,000 task records and attempt traces a listing page), and a new
-version at every task commit (the bar moves shard by shard; issue 32)."""
+fixed handful of requests whatever the stage's size (up to 1,000 task records and attempt traces a listing
+page), and a new version at every task commit (the bar moves shard by shard; issue 32)."""
 
 from __future__ import annotations
 
