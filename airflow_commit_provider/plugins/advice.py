@@ -18,7 +18,7 @@ from ..operators.failures import is_deterministic
 from ..operators.hints import abort_command
 from .airflow_state import TaskInstanceRow
 
-Action = Literal["none", "wait", "clear_failed_tasks", "clear_run", "clear_commit_task", "new_job",
+Action = Literal["none", "wait", "clear_failed_tasks", "clear_run", "clear_commit_task", "new_job", "fix_setup",
                  "check_storage"]
 #: Statuses of a task that is done: its output is decided (published, or kept for recovery).
 DONE = ("committed", "recovered", "kept")
@@ -118,6 +118,10 @@ def advise(job: Mapping[str, Any], statuses: Sequence[tuple[int, str]], commit_t
         return Advice("check_storage", [
             "The storage could not be read from the api-server: check the connection and that the api-server has "
             "this package and the storage's credentials."])
+    if state == "refused":
+        return Advice("fix_setup", [
+            "The stage's setup was refused for good (the error above; no retry or clear cures it as it is): fix what "
+            "it names, then clear the run (or trigger a new one); nothing of the stage was written."])
     if state == "absent":
         return Advice("wait", ["The stage's setup has not run yet in this run."])
     return Advice("none")

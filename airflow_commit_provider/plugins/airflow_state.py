@@ -137,8 +137,9 @@ def setup_task_ids(dag_id: str, run_id: str) -> list[str]:
     return sorted({r[0] for r in rows if is_setup_task(r[0], r[1])})
 
 
-def return_values(dag_id: str, run_id: str, task_ids: Iterable[str]) -> dict[str, Any]:
-    """The ``return_value`` XCom of each of *task_ids* that has one (unmapped tasks: the setup and commit tasks)."""
+def return_values(dag_id: str, run_id: str, task_ids: Iterable[str], key: str = "return_value") -> dict[str, Any]:
+    """The ``return_value`` XCom (or the *key* one) of each of *task_ids* that has one (unmapped tasks: the setup
+    and commit tasks)."""
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
@@ -147,7 +148,7 @@ def return_values(dag_id: str, run_id: str, task_ids: Iterable[str]) -> dict[str
         return {}
     with create_session() as session:
         rows = session.query(XComModel).filter(XComModel.dag_id == dag_id, XComModel.run_id == run_id,
-                                               XComModel.key == "return_value", XComModel.map_index == -1,
+                                               XComModel.key == key, XComModel.map_index == -1,
                                                XComModel.task_id.in_(task_ids)).all()
         out = {}
         for row in rows:

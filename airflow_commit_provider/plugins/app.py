@@ -25,6 +25,7 @@ from airflow.api_fastapi.core_api.security import get_user, requires_access_dag
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import FileResponse
 
+from ..operators.setup_context import REFUSED_KEY
 from ..protocol import FileOutputCommitter
 from . import airflow_state
 from .generations import run_generation
@@ -161,14 +162,21 @@ def build_model(dag_id: str, run_id: str, version: str) -> RunModel:
     setups = airflow_state.setup_contexts(dag_id, run_id, snapshot.setup_task_ids)
     commit_ids = {sid: f"{sid.rsplit('.', 1)[0]}.commit" if "." in sid else "commit" for sid in setups}
     summaries = airflow_state.return_values(dag_id, run_id, commit_ids.values())
-    stages = []
+    refused = airflow_state.return_values(dag_id, run_id, set(snapshot.setup_task_ids) - set(setups), REFUSED_KEY)
+    stages = [StageModel(sid, sid.rsplit(".", 1)[0] if "." in sid else sid, refused_job(refused[sid]), snapshot, None)
+              for sid in sorted(refused) if isinstance(refused[sid], dict)]
     for setup_task_id in sorted(setups):
         name, job = _stage_job(setups[setup_task_id])
         summary = summaries.get(commit_ids[setup_task_id])
         stages.append(StageModel(setup_task_id, name or setup_task_id, job, snapshot,
                                  summary if isinstance(summary, dict) else None,
                                  setups[setup_task_id].get("conn_id")))
-    return RunModel(dag_id, run_id, version, snapshot, stages)
+    return RunModel(dag_id, run_id, version, snapshot, sorted(stages, key=lambda s: s.summary.setup_task_id))
+
+
+def refused_job(refusal: dict[str, Any]) -> dict[str, Any]:
+    """A stage whose setup was refused for good, as the read model takes a job: no job, the setup's error."""
+    return {"state": "refused", "error": f"{refusal.get('error')}: {refusal.get('message')}"}
 
 
 class ModelCache:

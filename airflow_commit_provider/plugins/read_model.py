@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from .advice import DONE, Action, advise
 from .airflow_state import RunSnapshot, TaskInstanceRow
 
-StageState = Literal["absent", "running", "committing", "committed", "failed", "unreadable"]
+StageState = Literal["absent", "refused", "running", "committing", "committed", "failed", "unreadable"]
 TaskStatus = Literal["committed", "recovered", "kept", "withdrawn", "committing", "running", "retrying", "failed",
                      "unfinished", "waiting"]
 #: Airflow task-instance states from which a try of the task can still follow (or is under way): a task in one of

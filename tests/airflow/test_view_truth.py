@@ -314,3 +314,25 @@ def test_a_deterministic_commit_failure_advises_a_fix_not_a_clear_and_each_way_o
             run_task_attempt(c, t, 1, lambda w, t=t: w.write(sc.task_table(t, 1)))
     c.commit_job(2)
     assert _model(c, ["success", "success"], "success").summary.state == "committed"
+
+
+def test_a_refused_setup_shows_its_error_and_fixed_the_next_run_commits(watched):
+    """A setup refused for good (mode ``error``, a target that holds a file): the finished failed run shows the
+    stage ``refused`` with the setup's error and the advice to fix it, not "no write stage has started yet";
+    followed (the file removed), the next run commits."""
+    from ..conftest import TEST_ROOT
+
+    dags, _ = watched
+    target = TEST_ROOT / "view_truth_refused"
+    target.mkdir(parents=True)
+    (target / "someone-else.csv").write_text("x\n")
+    dr = dags.view_truth_refused.test()
+    assert dr.state == "failed"
+    (stage,) = plugin_app.run_status("view_truth_refused", dr.run_id).stages
+    assert (stage.state, stage.action) == ("refused", "fix_setup"), stage
+    assert (stage.error or "").startswith("InvalidOutputSpec: ") and "someone-else.csv" in stage.error, stage.error
+    (target / "someone-else.csv").unlink()   # followed: the cause fixed
+    dr = dags.view_truth_refused.test()
+    assert dr.state == "success"
+    (stage,) = plugin_app.run_status("view_truth_refused", dr.run_id).stages
+    assert (stage.state, stage.action) == ("committed", "none")

@@ -35,3 +35,10 @@ with DAG("view_truth", schedule=None, start_date=datetime(2024, 1, 1), catchup=F
          tags=["airflow-commit-provider-tests"]) as view_truth:
     commit_stage("write", target=os.path.join(ROOT, "view_truth"), python_callable=shard_rows,
                  expand_op_kwargs=[{}], mode="append", shards_per_task=SHARDS, shard_threads=1)
+
+
+with DAG("view_truth_refused", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
+         tags=["airflow-commit-provider-tests"]) as view_truth_refused:
+    # mode "error": a target that holds anything refuses the setup (a test puts a file there)
+    commit_stage("write", target=os.path.join(ROOT, "view_truth_refused"), python_callable=shard_rows,
+                 expand_op_kwargs=[{}], mode="error", shards_per_task=2)

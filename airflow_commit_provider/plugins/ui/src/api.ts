@@ -1,6 +1,6 @@
 // The read model the plugin's FastAPI app serves (plugins/read_model.py), and how to fetch it.
 
-export type StageState = "absent" | "running" | "committing" | "committed" | "failed" | "unreadable";
+export type StageState = "absent" | "refused" | "running" | "committing" | "committed" | "failed" | "unreadable";
 export type TaskStatus =
   | "committed" | "recovered" | "kept" | "withdrawn" | "committing" | "running" | "retrying" | "failed" | "unfinished"
   | "waiting";

@@ -3,7 +3,8 @@
 import type { StageState, TaskStatus } from "./api";
 
 export const STAGE_COLORS: Record<StageState, string> = {
-  absent: "gray", committed: "green", committing: "orange", failed: "red", running: "blue", unreadable: "red",
+  absent: "gray", committed: "green", committing: "orange", failed: "red", refused: "red", running: "blue",
+  unreadable: "red",
 };
 
 export const STATUS_COLORS: Record<TaskStatus, string> = {
