@@ -32,13 +32,13 @@ from ..protocol.config import check_threads, normalize_algorithm, partition_colu
 from ..protocol.modes import check_mode
 from ..protocol.stores import S3_SCHEMES, process_local, target_scheme
 from ..protocol.tables import FORMATS as TABLE_FORMATS, TableTarget, table_target
-from .failures import DETERMINISTIC_ERRORS, fail_fast_on_deterministic_errors
+from .failures import DETERMINISTIC_ERRORS, AirflowFailException, fail_fast_on_deterministic_errors
 from .identity import job_names, make_job_id
 from .inputs import inputs_digest
 from .lineage import CommitLineageMixin
 from .hints import leftover_hint, purge_command
 from .overlap import run_finished, run_owner
-from .setup_context import SetupContext
+from .setup_context import REFUSED_KEY, SetupContext
 from .shards import check_job_shards, check_shard_callable, check_shards, run_shards
 from .summary import CommitSummary
 
@@ -368,8 +368,13 @@ class CommitSetupOperator(CommitBaseOperator):
     ui_color = "#d6eaf8"
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        with fail_fast_on_deterministic_errors():
-            return self._setup(context)
+        try:
+            with fail_fast_on_deterministic_errors():
+                return self._setup(context)
+        except AirflowFailException as exc:   # refused for good: the Commit status view shows why
+            cause = exc.__cause__ or exc
+            context["ti"].xcom_push(key=REFUSED_KEY, value={"error": type(cause).__name__, "message": str(cause)})
+            raise
 
     def _setup(self, context: Mapping[str, Any]) -> dict[str, Any]:
         committer = self.committer(context)

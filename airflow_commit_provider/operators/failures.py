@@ -27,6 +27,18 @@ from ..protocol.errors import InvalidOutputSpec, JobConfigMismatch, OverlappingR
 DETERMINISTIC_ERRORS = (InvalidOutputSpec, JobConfigMismatch, OverlappingRun, StorageCapabilityError)
 
 
+def is_deterministic(error_name: str | None) -> bool:
+    """Whether an error recorded by its class name (a failed job commit's summary) is one of
+    :data:`DETERMINISTIC_ERRORS` or a subclass: the same input fails the same way again."""
+    pending = list(DETERMINISTIC_ERRORS)
+    while pending:
+        cls = pending.pop()
+        if cls.__name__ == error_name:
+            return True
+        pending.extend(cls.__subclasses__())
+    return False
+
+
 @contextmanager
 def fail_fast_on_deterministic_errors() -> Iterator[None]:
     """Turn a :data:`DETERMINISTIC_ERRORS` error raised inside into :class:`AirflowFailException` (no retry),

@@ -26,7 +26,13 @@ def leftover_hint(committer: FileOutputCommitter, conn_id: str | None, target: A
 
 def purge_command(committer: FileOutputCommitter, conn_id: str | None) -> str:
     """The ``airflow-commit`` line that purges *committer*'s job (:mod:`..cli`), quoted for a shell."""
-    words = ["airflow-commit", "abort", committer.store.url(), "--job", committer.job_id, "--purge"]
+    return abort_command(committer.store.url(), committer.job_id, conn_id)
+
+
+def abort_command(target: str, job_id: str, conn_id: str | None, purge: bool = True) -> str:
+    """The ``airflow-commit abort`` line for job *job_id* at *target* (a URL; ``--purge``: its committed tasks go
+    too), quoted for a shell."""
+    words = ["airflow-commit", "abort", target, "--job", job_id, *(["--purge"] if purge else [])]
     if conn_id:
         words += ["--conn-id", conn_id]
     return shlex.join(words)

@@ -27,6 +27,9 @@ from ..protocol.modes import check_mode
 #: Set (``True``) in every setup context: marks a run's ``return_value`` XCom as one.
 SETUP_MARKER = "commit_provider_setup"
 VERSION_KEY = "setup_context_version"
+#: The XCom key under which a refused setup leaves its error (``{"error": class name, "message": ...}``) for the
+#: Commit status view: the setup then has no context to return
+REFUSED_KEY = "commit_setup_refused"
 #: The shape written now. Version 1 is also what a value without ``VERSION_KEY`` is (the same keys).
 VERSION = 1
 

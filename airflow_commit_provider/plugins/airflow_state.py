@@ -114,6 +114,18 @@ def run_fingerprint(dag_id: str, run_id: str) -> Fingerprint:
                        tuple(sorted(tuple(map(str, r)) for r in tis)), tuple(map(str, xcoms)))
 
 
+def missing_run(dag_id: str, run_id: str) -> str:
+    """Why the view has nothing for a run the metadata database does not hold: no such DAG, or no such run."""
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        dag = session.query(DagModel.dag_id).filter(DagModel.dag_id == dag_id).scalar()
+    if dag is None:
+        return f"no DAG {dag_id!r}"
+    return f"DAG {dag_id!r} has no run {run_id!r}"
+
+
 def setup_task_ids(dag_id: str, run_id: str) -> list[str]:
     """The run's possible setup tasks (:func:`is_setup_task`), without loading its other task instances."""
     from airflow.models.taskinstance import TaskInstance as TI
@@ -127,8 +139,9 @@ def setup_task_ids(dag_id: str, run_id: str) -> list[str]:
     return sorted({r[0] for r in rows if is_setup_task(r[0], r[1])})
 
 
-def return_values(dag_id: str, run_id: str, task_ids: Iterable[str]) -> dict[str, Any]:
-    """The ``return_value`` XCom of each of *task_ids* that has one (unmapped tasks: the setup and commit tasks)."""
+def return_values(dag_id: str, run_id: str, task_ids: Iterable[str], key: str = "return_value") -> dict[str, Any]:
+    """The ``return_value`` XCom (or the *key* one) of each of *task_ids* that has one (unmapped tasks: the setup
+    and commit tasks)."""
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
@@ -137,7 +150,7 @@ def return_values(dag_id: str, run_id: str, task_ids: Iterable[str]) -> dict[str
         return {}
     with create_session() as session:
         rows = session.query(XComModel).filter(XComModel.dag_id == dag_id, XComModel.run_id == run_id,
-                                               XComModel.key == "return_value", XComModel.map_index == -1,
+                                               XComModel.key == key, XComModel.map_index == -1,
                                                XComModel.task_id.in_(task_ids)).all()
         out = {}
         for row in rows:

@@ -5,7 +5,8 @@ Every route needs Airflow's auth (plugin routes are anonymous by default): the r
 ("GET")`` on the path's DAG, the bundle and ``/openapi.json`` a logged-in user. FastAPI's ``/docs`` and ``/redoc``
 are not served: they load Swagger UI and ReDoc from a CDN, a blank page without internet.
 
-A live page polls ``.../version`` (three aggregate queries and a few storage reads per stage, no task record); the
+A live page polls ``.../version`` (three aggregate queries and a few storage reads per stage, no task record, see
+:func:`_storage_head`); the
 summary and the task pages are built once per version and cut from a small cache, so paging a 1,000-task table
 reads the storage once.
 """
@@ -25,6 +26,8 @@ from airflow.api_fastapi.core_api.security import get_user, requires_access_dag
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import FileResponse
 
+from ..operators.setup_context import REFUSED_KEY
+from ..protocol import FileOutputCommitter
 from . import airflow_state
 from .generations import run_generation
 from .read_model import FilePage, RunModel, RunStatus, StageModel, TaskPage, TaskStatus, Version
@@ -82,24 +85,45 @@ def _stage_job(setup: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def _storage_head(setup: dict[str, Any]) -> tuple[Any, ...]:
-    """A few reads that change when a stage's job changes state (set up, committing, aborted, committed)."""
+    """:func:`storage_head` of the stage's committer; ``unreadable`` with the error's type when it fails."""
     try:
-        c = _committer(setup)
-        job = c.job_record()
-        if job is None:
-            committed = c.commit_log()
-            return ("log", committed.job_uuid if committed else None)
-        current = c.job.current_app_attempt(job)
-        return ("job", job.job_uuid, current, c.job.commit_plan(job) is not None,
-                c.store.exists(c.layout.abort_record(current, job.job_uuid)))
+        return storage_head(_committer(setup))
     except Exception as exc:
         return ("unreadable", type(exc).__name__)
 
 
+def storage_head(c: FileOutputCommitter) -> tuple[Any, ...]:
+    """A few reads that change when a stage's job changes state (set up, a task attempt claimed, failed or
+    committed, a shard committed, committing, a commit failed, aborted, committed): the job record, one listing of
+    the job's directory (the plan, the commit failure, the application attempts), one of the current application
+    attempt's (its abort record), and the listings of its commit records and attempt claims. On S3: 3 requests
+    plus one ListObjectsV2 per 1,000 task records and per 1,000 attempt traces (two per attempt there); a file's
+    existence would cost two (HeadObject, then a listing for a directory of that name)."""
+    job = c.job_record()
+    if job is None:
+        committed = c.commit_log()
+        return ("log", committed.job_uuid if committed else None)
+    names = sorted(c.store.list_dir(c.layout.job_dir))
+    current = c.job.current_app_attempts(job, names)[0]
+    aborted = c.layout.abort_record(current, job.job_uuid).rsplit("/", 1)[-1] in c.store.list_dir(
+        c.layout.app_dir(current))
+    return ("job", job.job_uuid, current, _digest(names), aborted,
+            _digest(c.store.list_dir(c.layout.commits_dir(current))),
+            _digest(c.store.list_dir(c.layout.attempts_dir(current))))
+
+
+def _digest(names: list[str]) -> str:
+    """A short fingerprint of a listing (its names only: a record is created once, never rewritten in place)."""
+    return hashlib.sha1("\n".join(sorted(names)).encode()).hexdigest()[:12]
+
+
 def version_of(dag_id: str, run_id: str) -> Version:
     """The run's version (Airflow's fingerprint of the run and each stage's storage head) and whether it is live
-    (it has write stages and is queued or running), without reading any task's records."""
+    (it has write stages and is queued or running), without reading any task's records. A run (or DAG) that does
+    not exist is a 404."""
     finger = airflow_state.run_fingerprint(dag_id, run_id)
+    if finger.run is None:
+        raise HTTPException(404, airflow_state.missing_run(dag_id, run_id))
     has_stages, setups = SETUPS.get(dag_id, run_id, finger.xcoms)
     heads = [(k, _storage_head(v)) for k, v in sorted(setups.items())]
     return Version(version=hashlib.sha1(repr((finger, heads)).encode()).hexdigest()[:16],
@@ -140,13 +164,21 @@ def build_model(dag_id: str, run_id: str, version: str) -> RunModel:
     setups = airflow_state.setup_contexts(dag_id, run_id, snapshot.setup_task_ids)
     commit_ids = {sid: f"{sid.rsplit('.', 1)[0]}.commit" if "." in sid else "commit" for sid in setups}
     summaries = airflow_state.return_values(dag_id, run_id, commit_ids.values())
-    stages = []
+    refused = airflow_state.return_values(dag_id, run_id, set(snapshot.setup_task_ids) - set(setups), REFUSED_KEY)
+    stages = [StageModel(sid, sid.rsplit(".", 1)[0] if "." in sid else sid, refused_job(refused[sid]), snapshot, None)
+              for sid in sorted(refused) if isinstance(refused[sid], dict)]
     for setup_task_id in sorted(setups):
         name, job = _stage_job(setups[setup_task_id])
         summary = summaries.get(commit_ids[setup_task_id])
         stages.append(StageModel(setup_task_id, name or setup_task_id, job, snapshot,
-                                 summary if isinstance(summary, dict) else None))
-    return RunModel(dag_id, run_id, version, snapshot, stages)
+                                 summary if isinstance(summary, dict) else None,
+                                 setups[setup_task_id].get("conn_id")))
+    return RunModel(dag_id, run_id, version, snapshot, sorted(stages, key=lambda s: s.summary.setup_task_id))
+
+
+def refused_job(refusal: dict[str, Any]) -> dict[str, Any]:
+    """A stage whose setup was refused for good, as the read model takes a job: no job, the setup's error."""
+    return {"state": "refused", "error": f"{refusal.get('error')}: {refusal.get('message')}"}
 
 
 class ModelCache:

@@ -15,13 +15,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..protocol.jobcommit.names import COMMIT_STAGES
+from .advice import DONE, Action, advise
 from .airflow_state import RunSnapshot, TaskInstanceRow
 
-StageState = Literal["absent", "running", "committing", "committed", "failed", "unreadable"]
-TaskStatus = Literal["committed", "recovered", "kept", "withdrawn", "running", "retrying", "failed", "unfinished",
-                     "waiting"]
-#: Statuses of a task that is done: its output is decided (published, or kept for recovery).
-DONE = ("committed", "recovered", "kept")
+StageState = Literal["absent", "refused", "running", "committing", "committed", "failed", "unreadable"]
+TaskStatus = Literal["committed", "recovered", "kept", "withdrawn", "committing", "running", "retrying", "failed",
+                     "unfinished", "waiting"]
+#: Airflow task-instance states from which a try of the task can still follow (or is under way): a task in one of
+#: them is never shown ``failed``, whatever its earlier tries left.
+LIVE_TI_STATES = frozenset({"running", "queued", "scheduled", "deferred", "up_for_retry", "up_for_reschedule",
+                            "restarting"})
 MAX_PAGE = 500
 
 
@@ -50,6 +53,9 @@ class TaskRow(BaseModel):
     unfinished_attempts: list[str] = Field(default_factory=list)
     #: seconds of the Airflow task instance's latest try (``None`` before it ran)
     duration: float | None = None
+    #: attempts whose claim to commit holds while no record of the task exists yet (status ``committing``): not
+    #: denied, whatever ``status()`` lists them as
+    committing_attempts: list[str] = Field(default_factory=list)
 
 
 class CommitStageTime(BaseModel):
@@ -111,6 +117,8 @@ class Stage(BaseModel):
     aborted: Abort | None = None
     #: the last job commit of this generation that failed (while the job is not committed)
     commit_failure: CommitFailure | None = None
+    #: what gets the stage out of its state (:mod:`.advice`), and how, in sentences
+    action: Action = "none"
     next_steps: list[str] = Field(default_factory=list)
     #: algorithm v2: task outputs became visible at task commit
     partial_output_visible: bool = False
@@ -245,128 +253,89 @@ def shards_per_task(job: Mapping[str, Any]) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
 
 
-def task_rows(job: Mapping[str, Any], writes: Mapping[int, TaskInstanceRow], shards: int = 1) -> list[TaskRow]:
+def task_rows(job: Mapping[str, Any], writes: Mapping[int, TaskInstanceRow], shards: int = 1,
+              run_active: bool = False) -> list[TaskRow]:
     """Per task number: its status and why, from the storage's records and the Airflow task instance that runs
-    it (with *shards* per task instance: task ``i * shards + s`` is shard ``s`` of map index ``i``)."""
+    it (with *shards* per task instance: task ``i * shards + s`` is shard ``s`` of map index ``i``; *run_active*:
+    the DAG run is queued or running, so a cleared task instance runs again)."""
     from_files = _per_task_files([f for f in job.get("files") or [] if isinstance(f, dict)])
     kept = set((job.get("aborted") or {}).get("kept_committed_tasks") or [])
-    v2 = str(job.get("algorithm")) == "2"
-    state = job.get("state")
     tasks = {t["task"]: t for t in job.get("tasks") or []}
     out = []
     for n in sorted(set(tasks) | {i * shards + s for i in writes for s in range(shards)}):
         t = tasks.get(n, {})
         map_index, shard = divmod(n, shards)
         ti = writes.get(map_index)
-        ti_state = ti.state if ti else None
-        failed = list(t.get("failed_attempts") or [])
         aid = committed_attempt(t)
         if aid is not None and "rows" not in t:
             t = {**t, **from_files.get(n, {"rows": None, "bytes": 0})}
-        status: str
-        if aid is not None:
-            if t.get("recovered_from_app") is not None:
-                status, why = "recovered", (f"attempt {aid} committed in application attempt "
-                                            f"{t['recovered_from_app']}; application attempt {t.get('app_attempt')} "
-                                            "adopted it without running your code")
-            elif state == "failed" and n in kept:
-                status, why = "kept", (f"attempt {aid} committed; the failed run's teardown kept its files hidden "
-                                       "under _temporary, so a clear of the run recovers it instead of running it")
-            else:
-                status, why = "committed", f"attempt {aid} committed (its commit record is the decision)"
-            why += _fenced(failed)
-        elif v2 and state == "failed" and ti_state == "success" and ti is not None and ti.try_number in _tries(failed):
-            status, why = "withdrawn", ("committed at its task commit (v2: files visible at once), then withdrawn "
-                                        "by the abort of the failed run: v2 cannot keep committed tasks")
-        elif t.get("unfinished_attempts") and ti_state in ("running", "queued", "scheduled", "deferred",
-                                                           "up_for_retry", "restarting", None):
-            status, why = "running", "a try is set up and has no fate yet: it is writing"
-        elif ti_state in ("failed", "upstream_failed"):
-            status, why = "failed", ("the Airflow task failed; no attempt of it committed" if shards == 1 else
-                                     "the Airflow task instance failed; no attempt of this shard committed")
-        elif ti_state == "up_for_retry":
-            status, why = "retrying", "a try failed; Airflow runs the next try, which fences the failed one first"
-        elif t.get("unfinished_attempts"):
-            status, why = "unfinished", ("set up with no fate: killed, or still running as a zombie; the next try "
-                                         "or the teardown records it failed")
-        elif failed or t.get("denied_attempts"):
-            status, why = "failed", "no attempt committed" + _fenced(failed)
-        else:
-            status, why = "waiting", "not started yet"
+        status, why = task_status(job, t, ti, aid, n in kept, shards, run_active)
+        claimed = list(t.get("denied_attempts") or [])
         out.append(TaskRow(task=n, map_index=map_index, shard=shard if shards > 1 else None, status=status, why=why,
-                           airflow_state=ti_state,
+                           airflow_state=ti.state if ti else None,
                            try_number=ti.try_number if ti else None, committed_attempt=aid,
                            recovered_from_app=t.get("recovered_from_app"),
                            files=t.get("files", 0) if aid else 0, rows=t.get("rows") if aid else 0,
-                           bytes=t.get("bytes", 0) if aid else 0, failed_attempts=failed,
-                           denied_attempts=list(t.get("denied_attempts") or []),
+                           bytes=t.get("bytes", 0) if aid else 0,
+                           failed_attempts=list(t.get("failed_attempts") or []),
+                           denied_attempts=[] if status == "committing" else claimed,
                            unfinished_attempts=list(t.get("unfinished_attempts") or []),
+                           committing_attempts=claimed if status == "committing" else [],
                            duration=ti.duration if ti else None))
     return out
 
 
-def _numbers(ns: Sequence[int]) -> str:
-    ns = sorted(ns)
-    if len(ns) == 1:
-        return f"task {ns[0]}"
-    if len(ns) > 12:
-        return f"{len(ns)} tasks"
-    return "tasks " + ", ".join(map(str, ns[:-1])) + f" and {ns[-1]}"
+def task_status(job: Mapping[str, Any], t: Mapping[str, Any], ti: TaskInstanceRow | None, aid: str | None,
+                kept: bool, shards: int, run_active: bool) -> tuple[str, str]:
+    """One task's status and why: each justified by the protocol's records and Airflow's task instance *now*.
 
-
-def next_steps(job: Mapping[str, Any], rows: Sequence[TaskRow], commit_ti: TaskInstanceRow | None) -> list[str]:
-    """What a clear or a retry would do now, in a sentence or two."""
+    ``committing``: an attempt's claim to commit holds (no other party can take the task from it) and no record
+    of the task exists yet (``status()`` lists such a claim as denied, not knowing a record is coming): it is
+    between its claim and its record. ``retrying``: a try failed and Airflow has the next one in hand (up for
+    retry, scheduled, queued, running before it set up; or cleared in a live run). ``failed`` only when no try can
+    follow: Airflow's task instance failed, or is not live and no attempt committed."""
     state = job.get("state")
-    if job.get("replaced_by"):
-        return [f"This run's generation {job.get('generation')} of job {job.get('job_id')} "
-                f"{'committed, then was' if state == 'committed' else 'was'} replaced by {job['replaced_by']} "
-                "(the same job_key): the target holds that run's rows now; its Commit status shows its tasks."]
-    v2 = str(job.get("algorithm")) == "2"
-    app = job.get("app_attempt")
-    done = [r.task for r in rows if r.status in DONE]
-    todo = [r.task for r in rows if r.status not in DONE]
-    if state == "committed":
-        return ["Nothing to do: the data is published and _SUCCESS is written. Clearing this run recomputes the "
-                "stage as a new generation whose commit replaces this job's files (never duplicates them)."]
-    if state == "committing":
-        steps = ["The job commit has started (its plan is fixed) and rolls forward only: the teardown will not "
-                 "abort it."]
-        if commit_ti is not None and commit_ti.state in ("failed", "upstream_failed", "up_for_retry"):
-            steps.append("Retry or clear the commit task: it resumes the commit from its plan; no write runs again.")
-        return steps
-    if state == "failed":
-        if v2:
-            removed = (job.get("aborted") or {}).get("visible_files_removed")
-            return [f"The failed run's teardown removed this job's visible files ({removed}); v2 cannot keep "
-                    f"committed tasks. Clear the DAG run: setup opens application attempt {(app or 0) + 1} and "
-                    f"every task runs again."]
-        if done and todo:
-            return [f"Clear the DAG run (or the stage's setup task with its downstream tasks): setup opens "
-                    f"application attempt {(app or 0) + 1}; {_numbers(done)} will be recovered (your code is not "
-                    f"called), {_numbers(todo)} will run."]
-        return [f"Clear the DAG run: setup opens application attempt {(app or 0) + 1} and "
-                f"{'every task runs again' if not done else 'every task is recovered; only the commit runs'}."]
-    if state == "running":
-        failed = [r.task for r in rows if r.status == "failed"]
-        retrying = [r.task for r in rows if r.status == "retrying"]
-        steps = []
-        if retrying:
-            steps.append(f"Airflow retries {_numbers(retrying)} by itself: the next try first records the failed "
-                         f"one failed, then writes and commits in application attempt {app}.")
-        if failed:
-            keep = f"; {_numbers(done)} stay committed and are not run again" if done else ""
-            steps.append(f"{_numbers(failed).capitalize()} failed. \"Clear only failed tasks\" re-runs "
-                         f"{'it' if len(failed) == 1 else 'them'} in application attempt {app}{keep}; once the "
-                         f"teardown has run, clear the whole run instead (committed tasks are recovered).")
-        if not steps:
-            steps.append(f"Writing: {len(done):,} of {len(rows):,} task(s) committed." if rows else "Writing.")
-        return steps
-    if state == "unreadable":
-        return ["The storage could not be read from the api-server: check the connection and that the api-server "
-                "has this package and the storage's credentials."]
-    if state == "absent":
-        return ["The stage's setup has not run yet in this run."]
-    return []
+    ti_state = ti.state if ti else None
+    failed = list(t.get("failed_attempts") or [])
+    claimed = list(t.get("denied_attempts") or [])
+    if aid is not None:
+        if t.get("recovered_from_app") is not None:
+            status, why = "recovered", (f"attempt {aid} committed in application attempt {t['recovered_from_app']}; "
+                                        f"application attempt {t.get('app_attempt')} adopted it without running "
+                                        "your code")
+        elif state == "failed" and kept:
+            status, why = "kept", (f"attempt {aid} committed; the failed run's teardown kept its files hidden under "
+                                   "_temporary, so a clear of the run recovers it instead of running it")
+        else:
+            status, why = "committed", f"attempt {aid} committed (its commit record is the decision)"
+        return status, why + _fenced(failed)
+    live_ti = ti_state in LIVE_TI_STATES
+    if (str(job.get("algorithm")) == "2" and state == "failed" and ti_state == "success" and ti is not None
+            and ti.try_number in _tries(failed)):
+        return "withdrawn", ("committed at its task commit (v2: files visible at once), then withdrawn by the abort "
+                             "of the failed run: v2 cannot keep committed tasks")
+    if claimed and state == "running" and live_ti:
+        return "committing", (f"attempt {claimed[-1]} claimed the task's commit (no other attempt can take it now) "
+                              "and is writing its commit record")
+    if t.get("unfinished_attempts") and (live_ti or ti_state is None):
+        return "running", "a try is set up and has no fate yet: it is writing"
+    if ti_state in ("failed", "upstream_failed"):
+        return "failed", ("the Airflow task failed and has no try left; no attempt of it committed" if shards == 1
+                          else "the Airflow task instance failed and has no try left; no attempt of this shard "
+                               "committed")
+    if live_ti and (failed or claimed or ti_state == "up_for_retry"):
+        return "retrying", (f"a try failed; Airflow has the next one in hand ({ti_state}), which fences the failed "
+                            "one first" + _fenced(failed))
+    if ti_state is None and run_active and state == "running" and (failed or claimed):
+        return "retrying", "a try failed and the task was cleared: Airflow runs it again in this run" + _fenced(failed)
+    if t.get("unfinished_attempts"):
+        return "unfinished", ("set up with no fate: killed, or still running as a zombie; the next try or the "
+                              "teardown records it failed")
+    if failed or claimed:
+        return "failed", "no attempt committed and no try of it is under way" + _fenced(failed)
+    if ti_state == "running":
+        return "running", "its try is starting: it has not set up an attempt yet"
+    return "waiting", "not started yet"
 
 
 def table_text(table: Any) -> str | None:
@@ -397,15 +366,17 @@ class StageModel:
     """One stage, read: its summary and every task row (kept on the server; pages are cut from it)."""
 
     def __init__(self, setup_task_id: str, stage_name: str, job: Mapping[str, Any], snapshot: RunSnapshot,
-                 commit_summary: Mapping[str, Any] | None) -> None:
+                 commit_summary: Mapping[str, Any] | None, conn_id: str | None = None) -> None:
+        """*conn_id*: the stage's connection, for the commands the advice prints."""
         roles = stage_roles(setup_task_id, snapshot.task_instances)
         shards = shards_per_task(job)
-        self.rows = [] if job.get("replaced_by") else task_rows(job, roles["writes"], shards)
+        self.rows = [] if job.get("replaced_by") else task_rows(job, roles["writes"], shards, snapshot.active)
         self.files = [f for f in job.get("files") or [] if isinstance(f, dict)]
         counts = Counter(r.status for r in self.rows)
         aborted = job.get("aborted")
         failure = job.get("commit_failure")
         stages, total = timeline(job, commit_summary)
+        advice = advise(job, [(r.task, r.status) for r in self.rows], roles.get("commit"), conn_id)
         totals = job.get("totals")
         self.summary = Stage(
             stage=stage_name, setup_task_id=setup_task_id, write_task_id=roles["write_task_id"],
@@ -421,7 +392,7 @@ class StageModel:
                           visible_files_removed=aborted.get("visible_files_removed") or 0) if aborted else None,
             commit_failure=CommitFailure(**{k: failure.get(k) for k in CommitFailure.model_fields})
             if isinstance(failure, dict) else None,
-            next_steps=next_steps(job, self.rows, roles.get("commit")),
+            action=advice.action, next_steps=advice.steps,
             partial_output_visible=str(job.get("algorithm")) == "2", files_total=len(self.files),
             shards_per_task=shards, table=table_text(job.get("table")), replaced_by=job.get("replaced_by"))
 

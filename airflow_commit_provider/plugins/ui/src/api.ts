@@ -1,8 +1,9 @@
 // The read model the plugin's FastAPI app serves (plugins/read_model.py), and how to fetch it.
 
-export type StageState = "absent" | "running" | "committing" | "committed" | "failed" | "unreadable";
+export type StageState = "absent" | "refused" | "running" | "committing" | "committed" | "failed" | "unreadable";
 export type TaskStatus =
-  | "committed" | "recovered" | "kept" | "withdrawn" | "running" | "retrying" | "failed" | "unfinished" | "waiting";
+  | "committed" | "recovered" | "kept" | "withdrawn" | "committing" | "running" | "retrying" | "failed" | "unfinished"
+  | "waiting";
 
 export interface CommitStageTime { name: string; seconds: number }
 /** A job commit stage and what it does: the server's list (the protocol's one home for the names), in run order. */
@@ -72,6 +73,7 @@ export interface TaskRow {
   denied_attempts: string[];
   unfinished_attempts: string[];
   duration: number | null;
+  committing_attempts: string[];
 }
 
 /** The orders the server sorts a stage's tasks by (plugins/task_order.py). */

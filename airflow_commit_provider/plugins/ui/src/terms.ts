@@ -3,21 +3,23 @@
 import type { StageState, TaskStatus } from "./api";
 
 export const STAGE_COLORS: Record<StageState, string> = {
-  absent: "gray", committed: "green", committing: "orange", failed: "red", running: "blue", unreadable: "red",
+  absent: "gray", committed: "green", committing: "orange", failed: "red", refused: "red", running: "blue",
+  unreadable: "red",
 };
 
 export const STATUS_COLORS: Record<TaskStatus, string> = {
-  committed: "green", failed: "red", kept: "cyan", recovered: "teal", retrying: "yellow", running: "blue",
+  committed: "green", committing: "orange", failed: "red", kept: "cyan", recovered: "teal", retrying: "yellow", running: "blue",
   unfinished: "purple", waiting: "gray", withdrawn: "orange",
 };
 
 export const STATUS_ORDER: TaskStatus[] = [
-  "committed", "recovered", "kept", "running", "retrying", "waiting", "unfinished", "withdrawn", "failed",
+  "committed", "recovered", "kept", "committing", "running", "retrying", "waiting", "unfinished", "withdrawn", "failed",
 ];
 
 export const STATUS_HELP: Record<TaskStatus, string> = {
   committed: "an attempt of the task committed: its commit record decides the task's output",
-  failed: "no attempt of the task committed, and Airflow's task failed",
+  committing: "an attempt claimed the task's commit (no other attempt can take it now) and is writing its record",
+  failed: "no attempt of the task committed, and no try of it can follow: Airflow's task failed",
   kept: "committed, and kept hidden under _temporary by the failed run's teardown: a clear recovers it",
   recovered: "committed in an earlier application attempt and adopted without running your code",
   retrying: "a try failed; Airflow runs the next one, which first records the failed one failed",
