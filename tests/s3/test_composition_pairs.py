@@ -514,6 +514,10 @@ def test_a_clear_after_the_shard_count_changed_is_refused_before_any_code_runs_a
             f"refused at setup, not retried: {st}"
         assert _calls(case) == failed_run, "no user code ran"
         nothing_visible()
+        from airflow_commit_provider.plugins import app as plugin_app
+
+        (stage,) = plugin_app.run_status(case.dag_id, cleared.run_id).stages   # what the view says of it
+        assert (stage.state, stage.action) == ("refused", "fix_setup") and "shards_per_task=3" in stage.error, stage
 
         flag.unlink()   # advice 1: restore shards_per_task, and clear again
         restored = _dag_of(case, target).test(logical_date=DAY, run_after=DAY)
