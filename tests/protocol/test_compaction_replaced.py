@@ -27,14 +27,19 @@ from . import scenario as sc
 TASKS = 3
 
 
-def run_job(root: str, job_id: str, tag: str, mode: str = "append", partition_by=()) -> dict:
-    """One generation of *job_id*: TASKS tasks of 2 rows each, every row tagged *tag*; committed."""
-    c = FileOutputCommitter(root, job_id, algorithm=1, mode=mode, partition_by=partition_by)
-    c.setup_job()
+def write_tasks(c: FileOutputCommitter, tag: str) -> None:
+    """TASKS tasks of *c*'s job, 2 rows each, every row tagged *tag*; each committed (its job not yet)."""
     for task in range(TASKS):
-        table = pa.table({"job": [job_id] * 2, "tag": [tag] * 2, "task": [task] * 2, "row": [0, 1],
+        table = pa.table({"job": [c.job_id] * 2, "tag": [tag] * 2, "task": [task] * 2, "row": [0, 1],
                           "day": ["d0", "d1"]})
         assert run_task_attempt(c, task, 1, lambda w, t=table: w.write(t)).status == "committed"
+
+
+def run_job(root: str, job_id: str, tag: str, mode: str = "append", partition_by=()) -> dict:
+    """One generation of *job_id*: :func:`write_tasks`, then its job commit."""
+    c = FileOutputCommitter(root, job_id, algorithm=1, mode=mode, partition_by=partition_by)
+    c.setup_job()
+    write_tasks(c, tag)
     return c.commit_job(TASKS)
 
 
@@ -125,10 +130,7 @@ def test_a_compaction_planned_before_the_next_generation_and_committed_after_its
     nxt.setup_job()   # generation 1 set up while the compaction holds gen0's files
     merge(root)       # the compaction resumes and commits its fixed groups
     assert len(sc.visible_files(root)) == 1
-    for task in range(TASKS):
-        table = pa.table({"job": ["daily"] * 2, "tag": ["gen1"] * 2, "task": [task] * 2, "row": [0, 1],
-                          "day": ["d0", "d1"]})
-        run_task_attempt(nxt, task, 1, lambda w, t=table: w.write(t))
+    write_tasks(nxt, "gen1")
     nxt.commit_job(TASKS)
     assert rows(root) == expected("daily", "gen1")
 
@@ -187,10 +189,7 @@ def test_a_file_that_is_not_parquet_under_a_parquet_name_does_not_stop_the_repla
     stray.write_bytes(junk)
     c = FileOutputCommitter(root, "daily", algorithm=1, mode="append")
     c.setup_job()
-    for task in range(TASKS):
-        table = pa.table({"job": ["daily"] * 2, "tag": ["gen1"] * 2, "task": [task] * 2, "row": [0, 1],
-                          "day": ["d0", "d1"]})
-        run_task_attempt(c, task, 1, lambda w, t=table: w.write(t))
+    write_tasks(c, "gen1")
     manifest = c.commit_job(TASKS)
     assert {f["path"] for f in manifest["files"]} | {"someone-else.parquet"} == set(sc.visible_files(root))
     assert stray.read_bytes() == junk
@@ -217,10 +216,7 @@ def test_a_replacing_commit_waits_for_a_compaction_that_fixed_its_plan_over_the_
     _fault(point, lambda: compact(FileOutputCommitter(root, "compaction", mode="append"), 1, target_size=2**20))
     nxt = FileOutputCommitter(root, "daily", algorithm=1, mode="append")
     nxt.setup_job()
-    for task in range(TASKS):
-        table = pa.table({"job": ["daily"] * 2, "tag": ["gen1"] * 2, "task": [task] * 2, "row": [0, 1],
-                          "day": ["d0", "d1"]})
-        run_task_attempt(nxt, task, 1, lambda w, t=table: w.write(t))
+    write_tasks(nxt, "gen1")
     with pytest.raises(InputsClaimed, match="is compacting: this commit waits for it"):
         nxt.commit_job(TASKS)
     merge(root)   # the compaction resumes and rolls forward
@@ -238,10 +234,7 @@ def test_a_compaction_leaves_alone_the_merged_file_a_replacing_commit_is_deletin
     run_job(root, "other", "b")
     nxt = FileOutputCommitter(root, "daily", algorithm=1, mode="append")
     nxt.setup_job()
-    for task in range(TASKS):
-        table = pa.table({"job": ["daily"] * 2, "tag": ["gen1"] * 2, "task": [task] * 2, "row": [0, 1],
-                          "day": ["d0", "d1"]})
-        run_task_attempt(nxt, task, 1, lambda w, t=table: w.write(t))
+    write_tasks(nxt, "gen1")
     _fault(point, lambda: nxt.commit_job(TASKS))
     compact(FileOutputCommitter(root, "compaction-2", mode="append"), 1, target_size=2**20)
     nxt.commit_job(TASKS)
