@@ -15,11 +15,11 @@ from .errors import CommitProtocolError, InvalidOutputSpec, OverlappingRun
 from .faults import inject
 from .job import Job
 from .layout import COMMITS
-from .replacing import holders, refuse_mixed
 from .owners import RunFinished, still_running
 from .paths import check_relative
 from .records.inputs import record_inputs
 from .records.job import CommitLog, JobRecord, Replaces
+from .replacing import holders, refuse_mixed
 from .tables.ownership import refuse_file_job
 
 log = logging.getLogger(__name__)

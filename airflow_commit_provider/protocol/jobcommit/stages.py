@@ -21,18 +21,18 @@ from ..faults import mid_delete
 from ..job import Job
 from ..layout import SUCCESS, TEMPORARY, task_name
 from ..maintenance.claims import live_holders
-from ..replacing import holders, refuse_mixed
 from ..parallel import parallel
 from ..paths import join, partition_of
 from ..records.inputs import check_unchanged
 from ..records.job import CommitLog, CommitPlan, JobRecord
 from ..records.success import SuccessManifest, marker_dirs_above, withdraw_markers, write_markers
 from ..records.underway import markers_changing
-from ..stores import Store
 from ..records.refused import RefusedTasks
 from ..records.task import TaskCommitRecord
+from ..replacing import holders, refuse_mixed
 from ..schemas import check_one_schema
 from ..status import JobStatus
+from ..stores import Store
 from ..tasks.attempts import TaskAttempts
 from . import names
 from .stage import Plan, Stage
