@@ -15,6 +15,7 @@ Hadoop users will recognise it::
 from .committer import FileOutputCommitter, OutputCommitter, make_committer
 from .config import CommitConfig, normalize_algorithm
 from .errors import (
+    AuditFailed,
     CommitDenied,
     CommitFilesGone,
     CommitProtocolError,
@@ -45,6 +46,7 @@ from .tasks.runner import TaskOutcome, run_task_attempt
 from .tasks.writer import TaskAttemptWriter
 
 __all__ = [
+    "AuditFailed",
     "MODES", "CommitConfig", "CommitDenied", "CommitFilesGone", "CommitProtocolError", "CorruptRecord", "FileOutputCommitter", "InputsChanged",
     "InputsClaimed", "InvalidOutputSpec",
     "JobAlreadyCommitted", "JobConfigMismatch", "Job", "JobContext", "JobIdentityCollision", "JobIncomplete",

@@ -208,7 +208,8 @@ class FileOutputCommitter(OutputCommitter):
         return self.attempts.needs_commit(ta)
 
     def commit_task(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None = None, *,
-                    sizes: Mapping[str, int] | None = None, schema: pa.Schema | None = None) -> dict[str, Any]:
+                    sizes: Mapping[str, int] | None = None, schema: pa.Schema | None = None,
+                    stats: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Commit one task attempt, or raise :class:`CommitDenied` after removing its files.
 
         *rows* and *sizes* are what the writer reports (file -> rows, file -> bytes; :class:`TaskAttemptWriter`
@@ -221,8 +222,11 @@ class FileOutputCommitter(OutputCommitter):
         *schema*: the Arrow schema of the Parquet files the writer made (:attr:`TaskAttemptWriter.schema`), recorded
         as a digest so the job commit keeps one schema per job (:mod:`.schemas`); with algorithm 2 a task of
         another schema than the job's published tasks is refused here, before it publishes.
+
+        *stats*: the column statistics of those files (:attr:`TaskAttemptWriter.stats`), recorded for an audit
+        (:mod:`.audit`).
         """
-        return self.attempts.commit(ta, rows, sizes, schema)
+        return self.attempts.commit(ta, rows, sizes, schema, stats)
 
     def open_task_file(self, ta: TaskAttemptContext, rel: str) -> Any:
         """A writable binary file for *rel* (relative to the output root) in task attempt *ta* (the magic committer
@@ -276,7 +280,7 @@ class FileOutputCommitter(OutputCommitter):
 
     # ------------------------------------------------------------------ job commit
     def commit_job(self, expected_tasks: int | Iterable[int] | None = None, *,
-                   defer_cleanup: bool = False) -> dict[str, Any]:
+                   defer_cleanup: bool = False, gate: Any = None) -> dict[str, Any]:
         """Commit the job: the output then holds exactly one committed attempt of every expected task.
 
         *expected_tasks* is a task count (``range(n)``) or the task numbers; ``None`` means every task that set up an
@@ -286,8 +290,11 @@ class FileOutputCommitter(OutputCommitter):
         With *defer_cleanup*, the job's records (renamed in one step into ``_temporary/_trash`` on a local disk)
         are left for :meth:`remove_trash`: the commit returns without deleting three records per task. Object
         stores have no such rename; there the records are always deleted here, in batches.
+
+        *gate*: what the commit requires before it fixes its plan, nothing changed otherwise: an audited stage's
+        :class:`~.audit.run.AuditGate` (a passing audit of exactly the tasks it publishes).
         """
-        return jobcommit.commit_job(self.job, expected_tasks, defer_cleanup=defer_cleanup)
+        return jobcommit.commit_job(self.job, expected_tasks, defer_cleanup=defer_cleanup, gate=gate)
 
     def remove_trash(self) -> int:
         """Delete this job's committed directories that a cleanup renamed into ``_temporary/_trash``; returns how

@@ -129,3 +129,14 @@ class OwnedByTable(InvalidOutputSpec):
         self.table_format = table_format
         self.location = location
         self.name = name
+
+
+class AuditFailed(InvalidOutputSpec):
+    """The audit of a job's staged output failed, its approval was refused or never came, or a job commit found no
+    passing audit of its specification for exactly the tasks it would publish: nothing was published. A data
+    callable raises it to fail the audit; *tasks* names the tasks it blames (``None``: every task), which the next
+    clear of the run runs again instead of recovering (:mod:`.audit`)."""
+
+    def __init__(self, message: str, tasks: list[int] | None = None) -> None:
+        super().__init__(message)
+        self.tasks = None if tasks is None else sorted({int(t) for t in tasks})

@@ -87,8 +87,16 @@ TABLE_POINTS: tuple[str, ...] = (
     "table_commit.after",
 )
 
+#: The points of an audited stage's audit (:mod:`.audit`), between the last task commit and the job commit: after
+#: its recovery (the job commit's own, adopting earlier application attempts' commits), before and after its record.
+AUDIT_POINTS: tuple[str, ...] = (
+    "audit.after_recovery",
+    "audit.before_record",
+    "audit.after_record",
+)
+
 #: Every point a fault can be armed at.
-ALL_POINTS: tuple[str, ...] = POINTS + COMPACTION_POINTS + DEDUP_POINTS + TABLE_POINTS
+ALL_POINTS: tuple[str, ...] = POINTS + COMPACTION_POINTS + DEDUP_POINTS + TABLE_POINTS + AUDIT_POINTS
 
 
 class InjectedFault(RuntimeError):

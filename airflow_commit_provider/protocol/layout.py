@@ -102,6 +102,21 @@ class JobLayout:
         """Scoped by generation, so a plan a crash left behind never steers a later generation's commit."""
         return f"{self.job_dir}/_commit_plan_{job_uuid}.json"
 
+    @staticmethod
+    def audit_prefix(job_uuid: str) -> str:
+        """How the names of generation *job_uuid*'s audit records start (in :attr:`job_dir`)."""
+        return f"_audit_{job_uuid}_"
+
+    def audit_record(self, job_uuid: str, app: int, attempt: int) -> str:
+        """The result of try *attempt* of the audit of generation *job_uuid* in application attempt *app*
+        (:mod:`.audit`): one per try, so a paused try (a zombie) waking late never overwrites a newer one's; the
+        job commit takes the newest."""
+        return f"{self.job_dir}/{self.audit_prefix(job_uuid)}{app}_{attempt}.json"
+
+    def approval_record(self, job_uuid: str, app: int, attempt: int) -> str:
+        """The approval asked for, then given or refused, of the audit record of the same numbers."""
+        return f"{self.job_dir}/_approval_{job_uuid}_{app}_{attempt}.json"
+
     def compaction_plan(self, job_uuid: str) -> str:
         """A compaction's merge groups (:mod:`.compaction`), fixed once per generation."""
         return f"{self.job_dir}/_compaction_{job_uuid}.json"

@@ -29,9 +29,9 @@ def old_encode(doc: dict[str, Any]) -> bytes:
 
 def old_doc(manifest: SuccessManifest) -> dict[str, Any]:
     """``SuccessManifest.to_doc`` as it was: ``dataclasses.asdict``, the optional fields (``table``, ``names``,
-    ``maintenance``) left out when ``None``."""
+    ``maintenance``, and ``audit`` since it exists) left out when ``None``."""
     doc = dataclasses.asdict(manifest)
-    for optional in ("table", "names", "maintenance"):
+    for optional in ("table", "names", "maintenance", "audit"):
         if doc[optional] is None:
             del doc[optional]
     return doc

@@ -19,7 +19,7 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .. import records
@@ -28,6 +28,7 @@ from ..errors import JobAlreadyCommitted, JobNotSetUp
 from ..faults import inject
 from ..job import Job
 from ..records.job import JobRecord
+from ..records.task import TaskCommitRecord
 from ..timing import StageClock
 from . import names
 from .stage import JobCommitRun, Plan
@@ -48,14 +49,20 @@ from .stages import (
 log = logging.getLogger(__name__)
 
 
+#: what a job commit may require before it fixes its plan (the audit's, :class:`~..audit.run.AuditGate`): given the
+#: scope, the job record and the recovered task records, it returns the verdict the plan keeps, or raises
+Gate = Callable[[Job, JobRecord, Mapping[int, TaskCommitRecord]], dict[str, Any]]
+
+
 def commit_job(scope: Job, expected_tasks: int | Iterable[int] | None = None, *,
-               defer_cleanup: bool = False) -> dict[str, Any]:
+               defer_cleanup: bool = False, gate: Gate | None = None) -> dict[str, Any]:
     """See :meth:`~..committer.FileOutputCommitter.commit_job`."""
     with cyclic_gc_paused():
-        return _commit_job(scope, expected_tasks, defer_cleanup)
+        return _commit_job(scope, expected_tasks, defer_cleanup, gate)
 
 
-def _commit_job(scope: Job, expected_tasks: int | Iterable[int] | None, defer_cleanup: bool) -> dict[str, Any]:
+def _commit_job(scope: Job, expected_tasks: int | Iterable[int] | None, defer_cleanup: bool,
+                gate: Gate | None = None) -> dict[str, Any]:
     clock = StageClock(scope.store)  # first: on S3 it times the client's start-up apart from every stage
     job = scope.job_record()
     if job is None:
@@ -77,7 +84,7 @@ def _commit_job(scope: Job, expected_tasks: int | Iterable[int] | None, defer_cl
     else:
         tasks = sorted({check_number(t, "task") for t in expected_tasks})
     try:
-        return run_job_commit(scope, job, tasks, clock, defer_cleanup)
+        return run_job_commit(scope, job, tasks, clock, defer_cleanup, gate)
     except JobAlreadyCommitted:
         # a stage found the job record gone (:meth:`~.stage.JobCommitRun.check_current`): another run finished
         # this very commit meanwhile; unless a newer generation started since, the caller gets its manifest, as a
@@ -113,8 +120,10 @@ def cyclic_gc_paused() -> Iterator[None]:
 
 
 def run_job_commit(scope: Job, job: JobRecord, tasks: Sequence[int] | None,
-                   clock: StageClock, defer_cleanup: bool = False) -> dict[str, Any]:
-    """Run the stages: from the start, or, when a plan exists (a crashed commit), from the withdrawal on."""
+                   clock: StageClock, defer_cleanup: bool = False, gate: Gate | None = None) -> dict[str, Any]:
+    """Run the stages: from the start, or, when a plan exists (a crashed commit), from the withdrawal on. A
+    *gate* is asked after the recovery and before the plan (nothing visible has changed then); a resumed commit
+    has passed it already (its plan keeps the verdict)."""
     # Every record the commit reads is read (and validated) before anything changes: a commit log that cannot be
     # read stops the commit here, naming it, not after the new files are published and the old ones deleted.
     run = JobCommitRun(scope, job, clock, records.now_iso(), defer_cleanup=defer_cleanup,
@@ -123,7 +132,10 @@ def run_job_commit(scope: Job, job: JobRecord, tasks: Sequence[int] | None,
     if stored is None:
         if tasks is None:
             tasks = sorted(scope.registered_tasks(job))
-        plan = FixPlan(run)(RecoverTasks(run)(tasks))
+        recs = RecoverTasks(run)(tasks)
+        if gate is not None:
+            run.audit = gate(scope, job, recs)
+        plan = FixPlan(run)(recs)
     else:
         run.resumed = True
         plan = Plan(stored, planned_records(scope, stored))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ..errors import JobAlreadyCommitted
 from ..faults import inject
@@ -39,6 +39,8 @@ class JobCommitRun:
     previous_log: CommitLog | None = None
     #: a table target's transaction (:class:`~.table.TableCommitStage`), reported in the manifest
     table_commit: TableCommit | None = None
+    #: the audit's verdict the commit took before its plan (:class:`~..audit.run.AuditGate`), for the plan
+    audit: dict[str, Any] | None = None
 
     def check_current(self, stage: str) -> None:
         """:class:`~..errors.JobAlreadyCommitted` when the job record is no longer this commit's generation:

@@ -93,8 +93,8 @@ def refused_hint(refused: RefusedTasks, missing: Sequence[int]) -> str:
     if not again:
         return ""
     shown = ", ".join(map(str, again[:20])) + (" ..." if len(again) > 20 else "")
-    return (f". Task(s) {shown} were refused by an earlier job commit ({refused.reason(again[0])}) and are not "
-            "recovered: clear their write tasks (the whole DAG run, the stage's setup included) so they run again")
+    return (f". Task(s) {shown} were refused by an earlier job commit or audit ({refused.reason(again[0])}) and are "
+            "not recovered: clear their write tasks (the whole DAG run, the stage's setup included) so they run again")
 
 
 def wait_for_compactions(store: Store, replaced: set[str], job: JobRecord) -> None:
@@ -171,7 +171,7 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
                    if h["failed_attempts"] or h["denied_attempts"] or h["unfinished_attempts"]}
         plan = CommitPlan(scope.job_id, job.job_uuid, scope.current_app_attempt(job), self.run.started,
                           tuple(sorted(recs)), tuple(sorted(deletions)), tuple(sorted(withdraw)), history,
-                          tuple(sorted(restore)))
+                          tuple(sorted(restore)), self.run.audit)
         if scope.target_claim:
             scope.target_claim.take(job)   # the decision between jobs that checked the empty target at once
         if not scope.store.create_exclusive(scope.layout.plan(job.job_uuid), plan.to_json()):
@@ -370,7 +370,8 @@ def build_manifest(scope: Job, job: JobRecord, plan: Plan, resumed: bool, rename
         diagnostics={"resumed": resumed, "commit_threads": scope.commit_threads, "store": scope.store.protocol,
                      "visibility": scope.publisher.visibility, "warnings": warnings, "pid": os.getpid(),
                      "directories_renamed": renamed},
-        names=None if job.names is None else dict(job.names), maintenance=job.maintenance)
+        names=None if job.names is None else dict(job.names), maintenance=job.maintenance,
+        audit=None if plan.fixed.audit is None else dict(plan.fixed.audit))
 
 
 def task_entry(rec: TaskCommitRecord, history: dict[str, list[str]] | None) -> dict[str, Any]:

@@ -232,13 +232,17 @@ class CommitPlan:
     #: commit writes again: a compaction's partitions, whose rows it does not change. Once withdrawn, a resumed
     #: commit cannot see which existed; absent (empty) in every other job's plan and in older releases' plans
     restore: tuple[str, ...] = ()
+    #: the audit's verdict the commit took (:class:`~..audit.run.AuditGate`), for ``_SUCCESS``; absent (``None``)
+    #: for a stage without an audit
+    audit: Mapping[str, Any] | None = None
 
     def to_json(self) -> bytes:
         restore = {"restore": list(self.restore)} if self.restore else {}
+        audit = {"audit": dict(self.audit)} if self.audit is not None else {}
         return records.dumps(self.KIND, {
             "job_id": self.job_id, "job_uuid": self.job_uuid, "app_attempt": self.app_attempt,
             "started": self.started, "tasks": list(self.tasks), "deletions": list(self.deletions),
-            "withdraw": list(self.withdraw), **restore, "attempt_history": dict(self.attempt_history)})
+            "withdraw": list(self.withdraw), **restore, "attempt_history": dict(self.attempt_history), **audit})
 
     @classmethod
     def from_json(cls, data: bytes, where: str) -> CommitPlan:
@@ -262,7 +266,8 @@ class CommitPlan:
                                 "withdraws; the commit plan is corrupt")
         return cls(records.get_field(doc, "job_id", str, where, k), records.get_field(doc, "job_uuid", str, where, k),
                    records.get_field(doc, "app_attempt", int, where, k), records.get_field(doc, "started", str, where, k),
-                   tuple(tasks), _strings(doc, "deletions", where, k), withdraw, history, restore)
+                   tuple(tasks), _strings(doc, "deletions", where, k), withdraw, history, restore,
+                   records.get_field(doc, "audit", dict, where, k, nullable=True, required=False))
 
     @classmethod
     def read(cls, store: Store, rel: str) -> CommitPlan | None:

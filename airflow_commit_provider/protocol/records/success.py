@@ -61,6 +61,9 @@ class SuccessManifest:
     #: what kind of maintenance the job was (``"compaction"``: it rewrote files without changing a row), so that
     #: consumers of the commit history can tell it from a commit of data; ``None`` (and absent on disk) otherwise
     maintenance: str | None = None
+    #: the audit the job passed before its commit (:mod:`..audit`): its checks, what it observed, the approval;
+    #: ``None`` (and absent on disk) for a stage without an audit
+    audit: dict[str, Any] | None = None
 
     def to_doc(self) -> dict[str, Any]:
         """The manifest as the JSON object it is on disk (without ``format``, ``version`` and ``retained``).
@@ -72,7 +75,7 @@ class SuccessManifest:
         doc = {name: getattr(self, name) for name in _FIELDS}
         for name in _MAPPINGS:
             doc[name] = dict(doc[name])
-        for optional in ("table", "names", "maintenance"):
+        for optional in ("table", "names", "maintenance", "audit"):
             if doc[optional] is None:
                 del doc[optional]   # a _SUCCESS without them is what it was before they existed
             elif isinstance(doc[optional], dict):

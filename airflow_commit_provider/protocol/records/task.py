@@ -24,6 +24,9 @@ field                       meaning
 ``schema``                  only when the attempt wrote Parquet through its writer: the digest of its files'
                             Arrow schema (:func:`..schemas.schema_digest`), what a directory job's commit
                             compares (one schema per job) without reading a footer
+``stats``                   only when the attempt wrote Parquet through its writer: its columns and, per
+                            partition, null counts and min/max per column, from the footers the writer held
+                            (:mod:`..audit.stats`): what an audit checks without reading a file
 ==========================  ==============================================================================
 """
 
@@ -115,6 +118,7 @@ class TaskCommitRecord:
     recovered: str | None = None
     inputs: str | None = None
     schema: str | None = None
+    stats: dict[str, Any] | None = None
 
     def same_inputs(self, inputs: str | None) -> bool:
         """Whether this commit was made for *inputs* (the digest of what a write task is given now), so that it
@@ -156,6 +160,8 @@ class TaskCommitRecord:
             body["inputs"] = self.inputs
         if self.schema is not None:
             body["schema"] = self.schema
+        if self.stats is not None:
+            body["stats"] = self.stats
         return body
 
     def to_doc(self) -> dict[str, Any]:
@@ -212,15 +218,15 @@ class TaskCommitRecord:
         except (KeyError, TypeError):
             return cls._checked(doc, where)
         original, recovered = doc.get("original_app_attempt"), doc.get("recovered")
-        inputs, schema = doc.get("inputs"), doc.get("schema")
+        inputs, schema, stats = doc.get("inputs"), doc.get("schema"), doc.get("stats")
         if (type(job_id) is str and type(job_uuid) is str and type(task) is int and type(attempt) is int
                 and type(app) is int and type(work_dir) is str and type(data_dir) is str
                 and (adopted_from is None or type(adopted_from) is int) and type(committed) is str
                 and (original is None or type(original) is int) and (recovered is None or type(recovered) is str)
                 and (inputs is None or type(inputs) is str) and (schema is None or type(schema) is str)
-                and type(files) is list):
+                and (stats is None or type(stats) is dict) and type(files) is list):
             return cls(job_id, job_uuid, task, attempt, app, work_dir, data_dir, adopted_from, committed,
-                       tuple(entries), original, recovered, inputs, schema)
+                       tuple(entries), original, recovered, inputs, schema, stats)
         return cls._checked(doc, where)
 
     @classmethod
@@ -236,7 +242,8 @@ class TaskCommitRecord:
             _get(doc, "original_app_attempt", int, where, nullable=True, required=False),
             _get(doc, "recovered", str, where, nullable=True, required=False),
             _get(doc, "inputs", str, where, nullable=True, required=False),
-            _get(doc, "schema", str, where, nullable=True, required=False))
+            _get(doc, "schema", str, where, nullable=True, required=False),
+            _get(doc, "stats", dict, where, nullable=True, required=False))
 
 _DECODER = msgspec.json.Decoder(TaskCommitRecord)
 

@@ -208,15 +208,17 @@ class TaskAttempts:
         return not (rec is not None and rec.attempt == ta.attempt)
 
     def commit(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None,
-               sizes: Mapping[str, int] | None, schema: pa.Schema | None = None) -> dict[str, Any]:
+               sizes: Mapping[str, int] | None, schema: pa.Schema | None = None,
+               stats: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """See :meth:`~.committer.FileOutputCommitter.commit_task` (timed and logged as ``commit_task``)."""
         with timed(self.store, self.owner(ta.task, ta.attempt), "commit_task") as t:
-            doc = self._commit(ta, rows, sizes, schema)
+            doc = self._commit(ta, rows, sizes, schema, stats)
             t.counts = {"files": len(doc["files"])}
             return doc
 
     def _commit(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None,
-                sizes: Mapping[str, int] | None, schema: pa.Schema | None) -> dict[str, Any]:
+                sizes: Mapping[str, int] | None, schema: pa.Schema | None,
+                stats: Mapping[str, Any] | None = None) -> dict[str, Any]:
         inject("commit_task.before_record")
         # The generation, the plan and the application attempt may all have changed since the set-up: read again,
         # from one listing of the job directory (the job record itself only when the listing says it changed).
@@ -241,7 +243,7 @@ class TaskAttempts:
         # What the commit would record, from the attempt's directory, before the claim: a party that removes the
         # attempt's files records it failed first, so if the claim below is ours the files listed are still there.
         try:
-            data: bytes | None = self.new_record(ta, rows, sizes, schema).to_json()
+            data: bytes | None = self.new_record(ta, rows, sizes, schema, stats).to_json()
             if schema is not None and self.publisher.publishes_at_task_commit:
                 try:   # v2 publishes below: the only point before a second schema would be visible
                     hold_job_schema(self.job, job, ta.task, schema, listing)
@@ -297,7 +299,8 @@ class TaskAttempts:
         return existing.to_doc()
 
     def new_record(self, ta: TaskAttemptContext, rows: Mapping[str, int | None] | None,
-                   sizes: Mapping[str, int] | None, schema: pa.Schema | None = None) -> TaskCommitRecord:
+                   sizes: Mapping[str, int] | None, schema: pa.Schema | None = None,
+                   stats: Mapping[str, Any] | None = None) -> TaskCommitRecord:
         """The record this attempt's commit would create, from what its directory holds. Changes nothing: raises
         :class:`_Refused` (the commit then records the attempt failed and removes its files) when the writer's
         report and the directory disagree, a partition directory is a link or on another volume, or the files
@@ -347,7 +350,8 @@ class TaskAttempts:
         return TaskCommitRecord(job_id=self.job.job_id, job_uuid=ta.job_uuid, task=ta.task, attempt=ta.attempt,
                                 app_attempt=ta.app_attempt, work_dir=ta.work_dir, data_dir=data_dir,
                                 recovered_from_app=None, committed=records.now_iso(), files=tuple(files),
-                                inputs=ta.inputs, schema=None if schema is None else schema_digest(schema))
+                                inputs=ta.inputs, schema=None if schema is None else schema_digest(schema),
+                                stats=None if stats is None else dict(stats))
 
     def withdrawn_files(self, ta: TaskAttemptContext, visible: Sequence[str]) -> set[str]:
         """Those of *visible* (files found at names attempt *ta* is about to publish) that a withdrawn commit of the
@@ -411,8 +415,8 @@ class TaskAttempts:
             refused = self.job.refused_tasks(job) if refused is None else refused
             if refused.refuses(old):
                 # the newest commit of the task is the one refused; an older one can only be the same commit
-                log.warning("task %d: its commit (attempt %d, application attempt %d) was refused by a job commit "
-                            "(%s): it is run again, not recovered", task, old.attempt, old.committed_in_app,
+                log.warning("task %d: its commit (attempt %d, application attempt %d) was refused by a job commit or "
+                            "an audit (%s): it is run again, not recovered", task, old.attempt, old.committed_in_app,
                             refused.reason(task))
                 return None
             if not old.same_inputs(inputs):

@@ -74,7 +74,8 @@ def run_task_attempt(committer: FileOutputCommitter, task: int, attempt: int,
         with timed(committer.store, f"job {committer.job_id} task {task} attempt {attempt}", "write") as t, writer:
             produce(writer)
             t.counts = {"files": len(writer.rows), "rows": sum(n or 0 for n in writer.rows.values())}
-        record = committer.commit_task(ta, writer.rows, sizes=writer.sizes, schema=writer.schema)
+        record = committer.commit_task(ta, writer.rows, sizes=writer.sizes, schema=writer.schema,
+                                       stats=writer.stats)
     except JobAlreadyCommitted:
         # set up before the job committed, asking after it (a zombie woken late): what it wrote goes, and it is
         # told what was committed, as a try that starts after the commit is

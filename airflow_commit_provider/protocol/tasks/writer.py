@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .context import TaskAttemptContext
+from ..audit.stats import file_stats, merge_into, task_stats_doc
 from ..records.merged import without_provenance
 from ..errors import InvalidOutputSpec
 from ..faults import inject
@@ -58,6 +59,8 @@ class TaskAttemptWriter:
         self._counter = 0
         self._open: dict[str, tuple[str, IO[bytes], pq.ParquetWriter, int]] = {}
         self._schema: pa.Schema | None = None
+        #: per partition, the column statistics of the Parquet files closed so far (:mod:`..audit.stats`)
+        self._stats: dict[str, dict[str, list[Any]]] = {}
         self._closed = False
 
     @property
@@ -66,6 +69,13 @@ class TaskAttemptWriter:
         ``None`` before the first row): what the task commit records, so a job commit compares it with the other
         tasks' (:mod:`..schemas`). Files from :meth:`open_file` are the caller's, and not covered."""
         return self._schema
+
+    @property
+    def stats(self) -> dict[str, Any] | None:
+        """The columns and, per partition, the null counts and min/max per column of every Parquet file
+        :meth:`write` closed, read from the footers it held (no I/O): what the task commit records for an audit
+        (:mod:`..audit.stats`); ``None`` before the first row."""
+        return task_stats_doc(self._schema, self._stats)
 
     # ------------------------------------------------------------------ names
     def next_file_name(self, extension: str = "parquet") -> str:
@@ -167,6 +177,9 @@ class TaskAttemptWriter:
     def _finish(self, part: str) -> None:
         rel, fh, writer, _count = self._open.pop(part)
         writer.close()
+        assert self._schema is not None
+        merge_into(self._stats.setdefault(part, {}), file_stats(writer.writer.metadata, self._schema),
+                   {f.name: str(f.type) for f in self._schema})
         self.sizes[rel] = fh.tell()
         fh.close()
         inject("writer.after_file")
