@@ -169,19 +169,20 @@ def commit_stage_task(python_callable: Callable[..., Any] | None = None, *, targ
                       durable: bool = True, job_key: str | None = None, shards_per_task: int = 1,
                       shard_threads: int | None = None, table_format: str | None = None,
                       table_name: str | None = None, catalog: Mapping[str, Any] | None = None,
-                      catalog_conn_id: str | None = None) -> Any:
+                      catalog_conn_id: str | None = None, audit: Any = None) -> Any:
     """``@task.commit_stage(target=..., ...)``: the parameters of
     :func:`~airflow_commit_provider.operators.stage.commit_stage`, but for the callable (the decorated function)
     and its arguments (given by calling or mapping it); *group_id* defaults to the function's name (the job name:
     job id = dag id + run id, or *job_key*, + group id). Every parameter is checked here, where the DAG is parsed.
     With *shards_per_task* the function is called once per shard and names ``shard_index`` to tell them apart.
+    *audit*: as ``commit_stage``'s (an audit, and an approval, between the writes and the commit).
     """
     params = {"target": target, "conn_id": conn_id, "algorithm": algorithm, "mode": mode,
               "partition_by": partition_by, "commit_threads": commit_threads, "ensure_target": ensure_target,
               "purge_on_failure": purge_on_failure, "write_retries": write_retries, "write_kwargs": write_kwargs,
               "outlets": outlets, "durable": durable, "job_key": job_key, "shards_per_task": shards_per_task,
               "shard_threads": shard_threads, "table_format": table_format,
-              "table_name": table_name, "catalog": catalog, "catalog_conn_id": catalog_conn_id}
+              "table_name": table_name, "catalog": catalog, "catalog_conn_id": catalog_conn_id, "audit": audit}
 
     def decorate(function: Callable[..., Any]) -> CommitStageTask:
         check_user_callables(function, None, "@task.commit_stage")

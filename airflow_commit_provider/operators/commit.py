@@ -363,9 +363,27 @@ class CommitSetupOperator(CommitBaseOperator):
 
     Idempotent and never touches committed work. Returns the stage's :class:`~.setup_context.SetupContext` (job id,
     uuid, generation, application attempt, state; target, algorithm, mode ...) as its XCom value.
+
+    With *audit* (the stage's :class:`~..protocol.audit.Audit`) whose approval may wait longer than the store keeps
+    the staged data (S3 magic: a bucket lifecycle rule aborting incomplete uploads), the setup refuses before
+    anything is written (or warns: ``Approval(on_expiry_risk="warn")``).
     """
 
     ui_color = "#d6eaf8"
+
+    def __init__(self, *, audit: Any = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.audit = audit
+
+    def _check_approval_expiry(self, committer: FileOutputCommitter) -> None:
+        from ..protocol.audit.expiry import approval_risk
+
+        risk = approval_risk(committer.job, self.audit.approval.timeout)
+        if risk is None:
+            return
+        if risk.certain and self.audit.approval.on_expiry_risk == "refuse":
+            raise InvalidOutputSpec(risk.message)
+        self.log.warning("%s", risk.message)
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         try:
@@ -380,6 +398,8 @@ class CommitSetupOperator(CommitBaseOperator):
         committer = self.committer(context)
         # before setup_job, which would open a new application attempt (fencing the older one's tries) first
         self._check_shards(committer, before_setup=True)
+        if self.audit is not None and self.audit.approval is not None:
+            self._check_approval_expiry(committer)
         try:
             job = committer.setup_job(run_finished=run_finished(context))
         except OverlappingRun as exc:
@@ -546,15 +566,22 @@ class CommitJobOperator(CommitLineageMixin, CommitBaseOperator):
     The records the commit renamed into ``_temporary/_trash`` are deleted by the stage's teardown, which runs next;
     with *teardown_task_id* (``commit_stage`` sets it) a commit whose teardown already ran in this run ("clear only
     failed" re-runs neither setup nor teardown) deletes them itself.
+
+    With *audit* (the stage's :class:`~..protocol.audit.Audit`) the commit publishes only after a passing audit of
+    that specification for exactly the task commits it publishes (and its approval, if it asks for one): otherwise
+    it fails with :class:`~..protocol.errors.AuditFailed` before anything is visible. The verdict goes into
+    ``_SUCCESS`` (``audit``).
     """
 
     template_fields = (*CommitBaseOperator.template_fields, "expected_tasks")
     ui_color = "#fcf3cf"
 
     def __init__(self, *, write_task_id: str | None = None, expected_tasks: int | None = None,
-                 teardown_task_id: str | None = None, **kwargs: Any) -> None:
+                 teardown_task_id: str | None = None, audit: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.teardown_task_id = teardown_task_id
+        #: the stage's :class:`~..protocol.audit.Audit`: the commit then requires its passing verdict
+        self.audit = audit
         if write_task_id is None and expected_tasks is None:
             raise InvalidOutputSpec("CommitJobOperator needs write_task_id or expected_tasks to know which tasks "
                                     "must have committed")
@@ -578,7 +605,7 @@ class CommitJobOperator(CommitLineageMixin, CommitBaseOperator):
         self._check_shards(committer)   # the expected count is in tasks of this N: the DAG may have changed since
         expected = self._expected(context)
         # the records' deletion is left to the teardown, which runs next anyway: downstream tasks do not wait for it
-        manifest = committer.commit_job(expected, defer_cleanup=True)
+        manifest = committer.commit_job(expected, defer_cleanup=True, gate=self._audit_gate())
         if self._teardown_finished(context):
             removed = committer.remove_trash()
             self.log.info("the stage's teardown ran before this commit (a clear of failed tasks only): removed the "
@@ -595,6 +622,15 @@ class CommitJobOperator(CommitLineageMixin, CommitBaseOperator):
         for outlet in self.outlets or []:   # the asset events are emitted on success only: once data is committed
             context["outlet_events"][outlet].extra = summary.asset_extra()
         return summary.to_xcom()
+
+    def _audit_gate(self) -> Any:
+        """What the commit requires of the stage's audit (:class:`~..protocol.audit.run.AuditGate`): a passing
+        verdict of this specification for exactly the tasks it publishes, approved if it asks for approval."""
+        if self.audit is None:
+            return None
+        from ..protocol.audit.run import AuditGate
+
+        return AuditGate(self.audit.digest(), approval=self.audit.approval is not None)
 
     def _teardown_finished(self, context: Mapping[str, Any]) -> bool:
         # unreadable: the teardown deletes them if it is to run, so leaving them is only a delay

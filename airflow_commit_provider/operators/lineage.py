@@ -83,6 +83,7 @@ class CommitLineageMixin:
         if summary.mode in ("overwrite", "dynamic"):
             facets["lifecycleStateChange"] = LifecycleStateChangeDatasetFacet(
                 lifecycleStateChange=LifecycleStateChange.OVERWRITE)
+        facets.update(audit_facets(manifest.get("audit")))
         stats = OutputStatisticsOutputDatasetFacet(rowCount=summary.rows, size=summary.bytes,
                                                    fileCount=summary.files)
         return OperatorLineage(outputs=[OutputDataset(namespace=namespace, name=name, facets=facets,
@@ -162,6 +163,48 @@ class MaintenanceLineageMixin:
         from airflow.providers.openlineage.extractors import OperatorLineage
 
         return OperatorLineage()
+
+
+def audit_facets(verdict: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The audit's verdict (``_SUCCESS``'s ``audit``, or an audit record) as OpenLineage data-quality facets of the
+    output: ``dataQualityAssertions`` (each check, passed or not, with its column) and ``dataQualityMetrics`` (rows,
+    bytes, files; nulls, and min/max of numeric columns). Empty for a stage without an audit."""
+    if not verdict:
+        return {}
+    from openlineage.client.generated.data_quality_assertions_dataset import (
+        Assertion,
+        DataQualityAssertionsDatasetFacet,
+    )
+    from openlineage.client.generated.data_quality_metrics_dataset import ColumnMetrics, DataQualityMetricsDatasetFacet
+
+    assertions = [Assertion(assertion=str(c.get("check")), success=bool(c.get("passed")), column=c.get("column"),
+                            expected=None if c.get("expected") in (None, "") else str(c.get("expected")),
+                            actual=None if c.get("observed") is None else str(c.get("observed")))
+                  for c in verdict.get("checks") or []]
+    summary = verdict.get("summary") or {}
+
+    def number(value: Any) -> float | None:
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    columns = {name: ColumnMetrics(nullCount=c.get("nulls"), min=number(c.get("min")), max=number(c.get("max")))
+               for name, c in (summary.get("columns") or {}).items()}
+    return {"dataQualityAssertions": DataQualityAssertionsDatasetFacet(assertions=assertions),
+            "dataQualityMetrics": DataQualityMetricsDatasetFacet(columnMetrics=columns, rowCount=summary.get("rows"),
+                                                                 bytes=summary.get("bytes"),
+                                                                 fileCount=summary.get("files"))}
+
+
+def audit_lineage(record: Any, target: str | None) -> Any:
+    """The audit task's lineage: the target it judged (unchanged by it) as an input, with the verdict's
+    data-quality facets, passed or failed (:class:`~.audit.CommitAuditOperator`)."""
+    from airflow.providers.common.compat.openlineage.facet import InputDataset
+    from airflow.providers.openlineage.extractors import OperatorLineage
+
+    if record is None or target is None:
+        return OperatorLineage()
+    namespace, name = dataset_name(target)
+    return OperatorLineage(inputs=[InputDataset(namespace=namespace, name=name,
+                                                facets=audit_facets(record.to_doc()))])
 
 
 @functools.cache

@@ -21,6 +21,7 @@ from .commit import (
     check_user_callables,
     check_write_shards,
 )
+from .audit import CommitApprovalOperator, CommitAuditOperator, stage_audit
 from .ensure_target import EnsureTargetOperator
 
 
@@ -34,7 +35,7 @@ def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., A
                  durable: bool = True, job_key: str | None = None, shards_per_task: int = 1,
                  shard_threads: int | None = None, table_format: str | None = None,
                  table_name: str | None = None, catalog: Mapping[str, Any] | None = None,
-                 catalog_conn_id: str | None = None) -> TaskGroup:
+                 catalog_conn_id: str | None = None, audit: Any = None) -> TaskGroup:
     """Build the stage as a TaskGroup named *group_id* (which is also the job name).
 
     With *expand_op_kwargs* (a list of dicts, or an XComArg resolving to one) the write is mapped: one task per
@@ -48,6 +49,9 @@ def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., A
     is task ``i * N + s``, and a retry runs only the shards that did not commit (``shards.py``).
     *table_format* (``"delta"``, ``"iceberg"``) publishes into a table in one transaction at job commit: Delta
     at *target*; Iceberg *table_name* in *catalog* / *catalog_conn_id* (default: SQLite catalog in *target*).
+    *audit* (an :class:`~..protocol.audit.Audit`, a list of checks, or a data callable) puts an audit task
+    (and, with ``Audit(approval=...)``, an approval) between the writes and the commit: nothing is published
+    unless it passes (docs/user-guide.md, "Write, audit, publish").
 
     Example::
 
@@ -64,7 +68,7 @@ def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., A
                               catalog_conn_id=catalog_conn_id, ensure_target=ensure_target,
                               purge_on_failure=purge_on_failure,
                               write_retries=write_retries, write_kwargs=write_kwargs, outlets=outlets,
-                              shards_per_task=shards_per_task, shard_threads=shard_threads)
+                              shards_per_task=shards_per_task, shard_threads=shard_threads, audit=audit)
     check_write_shards({"python_callable": python_callable, "writer_callable": writer_callable,
                         "shards_per_task": shards_per_task}, owner)
 
@@ -84,8 +88,10 @@ class StageArgs:
 
     def __init__(self, common: dict[str, Any], ensure_target: bool, purge_on_failure: bool,
                  write_retries: int | None, write_kwargs: Mapping[str, Any] | None, outlets: Sequence[Any],
-                 shard_threads: int | None = None) -> None:
+                 shard_threads: int | None = None, audit: Any = None) -> None:
         self.common = common
+        #: the stage's audit (:class:`~..protocol.audit.Audit`, checked against its committer), or ``None``
+        self.audit = audit
         self.shard_threads = shard_threads
         self.ensure_target = ensure_target
         self.purge_on_failure = purge_on_failure
@@ -96,11 +102,13 @@ class StageArgs:
     @classmethod
     def checked(cls, owner: str, *, target: Any, ensure_target: bool = False, purge_on_failure: bool = False,
                 write_retries: int | None = None, write_kwargs: Mapping[str, Any] | None = None,
-                outlets: Sequence[Any] = (), shard_threads: int | None = None, **shared: Any) -> StageArgs:
+                outlets: Sequence[Any] = (), shard_threads: int | None = None, audit: Any = None,
+                **shared: Any) -> StageArgs:
         common = check_commit_args({"target": target, **shared}, owner)
         check_write_shards({"shards_per_task": common.get("shards_per_task", 1), "shard_threads": shard_threads},
                            owner)
-        return cls(common, ensure_target, purge_on_failure, write_retries, write_kwargs, outlets, shard_threads)
+        return cls(common, ensure_target, purge_on_failure, write_retries, write_kwargs, outlets, shard_threads,
+                   stage_audit(audit, owner, common))
 
     def write_args(self) -> dict[str, Any]:
         """What the write task gets besides its callable and its arguments."""
@@ -121,7 +129,7 @@ def build_stage(group_id: str, stage: StageArgs, write: Callable[[dict[str, Any]
     the DAG it is its label, as in earlier releases."""
     with TaskGroup(group_id, add_suffix_on_collision=add_suffix_on_collision) as group:
         common = {**stage.common, "job_name": group.group_id}
-        setup = CommitSetupOperator(task_id="setup", **common)
+        setup = CommitSetupOperator(task_id="setup", audit=stage.audit, **common)
         if stage.ensure_target:
             EnsureTargetOperator(task_id="ensure_target", target=common["target"],
                                  conn_id=common["conn_id"]) >> setup
@@ -129,9 +137,17 @@ def build_stage(group_id: str, stage: StageArgs, write: Callable[[dict[str, Any]
         write_task = getattr(written, "operator", written)   # a TaskFlow write returns its XComArg
         # the write's full task id (a stage inside another TaskGroup is prefixed by the outer group's id too)
         commit = CommitJobOperator(task_id="commit", write_task_id=write_task.task_id, trigger_rule="none_failed",
-                                   outlets=stage.outlets, **common)
+                                   outlets=stage.outlets, audit=stage.audit, **common)
         abort = CommitAbortOperator(task_id="abort", purge=stage.purge_on_failure, commit_task_id=commit.task_id,
                                     **common)
         commit.teardown_task_id = abort.task_id
-        setup >> write_task >> commit >> abort.as_teardown(setups=setup)
+        setup >> write_task
+        before_commit = write_task
+        if stage.audit is not None:   # write >> audit [>> approve] >> commit: nothing published unless it passes
+            before_commit = write_task >> CommitAuditOperator(task_id="audit", audit=stage.audit,
+                                                              write_task_id=write_task.task_id, **common)
+            if stage.audit.approval is not None:
+                before_commit = before_commit >> CommitApprovalOperator(task_id="approve",
+                                                                        approval=stage.audit.approval, **common)
+        before_commit >> commit >> abort.as_teardown(setups=setup)
     return group, commit

@@ -28,6 +28,7 @@ from fastapi.responses import FileResponse
 
 from ..operators.setup_context import REFUSED_KEY
 from ..protocol import FileOutputCommitter
+from ..protocol.audit.run import audit_status
 from . import airflow_state
 from .generations import run_generation
 from .read_model import FilePage, RunModel, RunStatus, StageModel, TaskPage, TaskStatus, Version
@@ -76,8 +77,10 @@ def _stage_job(setup: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     try:
         ctx = SetupContext.from_xcom(setup)
         committer = _committer(setup)
-        return ctx.job_name or "", run_generation(committer.status(), ctx.job_uuid, ctx.generation,
-                                                  committer.commit_log)
+        job = run_generation(committer.status(), ctx.job_uuid, ctx.generation, committer.commit_log)
+        if job.get("state") not in ("committed", "absent") and "audit" not in job:   # committed: _SUCCESS's
+            job["audit"] = audit_status(committer.job, job.get("job_uuid"))
+        return ctx.job_name or "", job
     except Exception as exc:
         return ((ctx.job_name if ctx else None) or "", {"state": "unreadable", "error": f"{type(exc).__name__}: {exc}",
                 "job_id": ctx.job_id if ctx else setup.get("job_id"),

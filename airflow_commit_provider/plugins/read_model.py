@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from ..protocol.jobcommit.names import COMMIT_STAGES
 from .advice import DONE, Action, advise
 from .airflow_state import RunSnapshot, TaskInstanceRow
+from .audit_view import AuditView, audit_view, blame_rows
 
 StageState = Literal["absent", "refused", "running", "committing", "committed", "failed", "unreadable"]
 TaskStatus = Literal["committed", "recovered", "kept", "withdrawn", "committing", "running", "retrying", "failed",
@@ -131,6 +132,8 @@ class Stage(BaseModel):
     #: the run and generation that replaced this run's generation of the job (a later run of its ``job_key``):
     #: the stage then shows its own generation's summary, none of the newer one's tasks (:mod:`.generations`)
     replaced_by: str | None = None
+    #: the stage's audit (``commit_stage(audit=...)``) and its approval, once it ran (:mod:`.audit_view`)
+    audit: AuditView | None = None
 
 
 class CommitStageName(BaseModel):
@@ -370,7 +373,9 @@ class StageModel:
         """*conn_id*: the stage's connection, for the commands the advice prints."""
         roles = stage_roles(setup_task_id, snapshot.task_instances)
         shards = shards_per_task(job)
-        self.rows = [] if job.get("replaced_by") else task_rows(job, roles["writes"], shards, snapshot.active)
+        audit = audit_view(job.get("audit"))
+        self.rows = [] if job.get("replaced_by") else blame_rows(task_rows(job, roles["writes"], shards,
+                                                                           snapshot.active), audit)
         self.files = [f for f in job.get("files") or [] if isinstance(f, dict)]
         counts = Counter(r.status for r in self.rows)
         aborted = job.get("aborted")
@@ -394,7 +399,8 @@ class StageModel:
             if isinstance(failure, dict) else None,
             action=advice.action, next_steps=advice.steps,
             partial_output_visible=str(job.get("algorithm")) == "2", files_total=len(self.files),
-            shards_per_task=shards, table=table_text(job.get("table")), replaced_by=job.get("replaced_by"))
+            shards_per_task=shards, table=table_text(job.get("table")), replaced_by=job.get("replaced_by"),
+            audit=audit)
 
     def page(self, version: str, status: str | None, offset: int, limit: int, task: int | None,
              map_index: int | None = None,

@@ -201,38 +201,43 @@ def request_approval(scope: Job, deadline: str | None, expires: str | None) -> A
     return rec
 
 
-def decide_approval(scope: Job, ref: str, state: str, by: str | None, reason: str = "") -> None:
-    """Record the answer to the approval of audit *ref*: ``approved``; or ``rejected`` / ``timed_out``, a failed
-    audit, whose every task is refused for recovery (a clear of the run computes the output again; a clear of the
-    approval alone asks again about the same data)."""
+def decide_approval(scope: Job, state: str, by: str | None, reason: str = "") -> AuditRecord:
+    """Record the answer to the approval asked for the newest audit (:func:`request_approval`): ``approved``; or
+    ``rejected`` / ``timed_out``, a failed audit, whose every task is refused for recovery (a clear of the run
+    computes the output again; a clear of the approval alone asks again about the same data). An answer to a
+    request that is no longer the newest audit's (the audit ran again meanwhile) is refused: ask again."""
     job = scope.require_job()
     rec = latest_audit(scope, job.job_uuid)
-    if rec is None or rec.ref != ref:
-        raise AuditFailed(f"job {scope.job_id}: the approval answered audit {ref}, the newest is "
-                          f"{rec.ref if rec else None}: ask again (clear the approval task)")
-    asked = read_approval(scope, rec) or {}
+    asked = read_approval(scope, rec) if rec is not None else None
+    if rec is None or asked is None:
+        raise AuditFailed(f"job {scope.job_id}: the approval answered a request the newest audit "
+                          f"({rec.ref if rec else None}) did not make (it ran again meanwhile): ask again (clear the "
+                          "approval task)")
     write_approval(scope, rec, {**{k: v for k, v in asked.items() if k not in ("format", "version", "audit")},
                                 "state": state, "by": by, "at": records.now_iso(), "reason": reason})
     if state != "approved":
         app = scope.current_app_attempt(job)
         recs = scope.task_records(app, [int(t) for t in rec.tasks], job.job_uuid)
         if recs:
-            scope.refuse_tasks(job, list(recs.values()), f"approval of audit {ref} {state}: {reason}"[:500])
+            scope.refuse_tasks(job, list(recs.values()), f"approval of audit {rec.ref} {state}: {reason}"[:500])
+    return rec
 
 
 def audit_status(scope: Job, job_uuid: str | None) -> dict[str, Any] | None:
-    """The newest audit of generation *job_uuid* and its approval, for the Commit status view (``None``: none)."""
+    """The newest audit of generation *job_uuid* as the Commit status view shows it (the shape of the verdict a
+    commit keeps in ``_SUCCESS``, plus ``blamed`` and the approval's state and deadline); ``None``: none ran."""
     if job_uuid is None:
         return None
     rec = latest_audit(scope, job_uuid)
     if rec is None:
         return None
-    doc = rec.to_doc()
+    answer = read_approval(scope, rec) if rec.approval is not None else None
+    approval = None
     if rec.approval is not None:
-        answer = read_approval(scope, rec)
-        doc["approval_state"] = {k: v for k, v in (answer or {"state": "not asked"}).items()
-                                 if k not in ("format", "version")}
-    return doc
+        approval = {k: (answer or {}).get(k) for k in ("state", "deadline", "expires", "by", "at")}
+        approval["state"] = approval["state"] or ("not asked" if rec.passed else "not asked: the audit failed")
+    return {"passed": rec.passed, "ref": rec.ref, "spec": rec.spec, "at": rec.at, "message": rec.message,
+            "blamed": rec.blamed, "checks": rec.checks, "summary": rec.summary, "approval": approval}
 
 
 __all__ = ["AuditGate", "AuditRecovery", "audit_status", "audited_records", "decide_approval", "request_approval",

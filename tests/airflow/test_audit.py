@@ -1,0 +1,178 @@
+"""Write, audit, publish under a real Airflow (``dag.test()``, SQLite): the example DAGs of ``example_audit.py``.
+
+A stage whose audit fails publishes nothing (no file, no ``_SUCCESS``), blames the shard that wrote the bad rows
+in its XCom and in the Commit status view, and its teardown keeps the committed shards; the clear of the run after
+the source was fixed runs that shard only (the others are recovered), the audit's first try there dies after its
+record and its retry judges the same commits, and the job commits with the verdict in ``_SUCCESS``. An approval
+holds the commit until it is answered through Airflow's own human-in-the-loop REST API (``PATCH
+.../hitlDetails``, the route the "Required actions" page calls): a rejection publishes nothing; the clear of the
+run computes the output again, asks again, and the approval publishes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import Counter
+from datetime import datetime, timezone
+
+import pytest
+
+from airflow_commit_provider.plugins import app as plugin_app
+from airflow_commit_provider.protocol import faults, read_success_marker
+
+from ..conftest import TEST_ROOT, TEST_WORK, fresh_test_dags
+from ..protocol import scenario as sc
+
+pytestmark = pytest.mark.airflow
+
+ROOT = TEST_ROOT / "demo"
+CALLS = TEST_WORK / "demo-calls.log"
+
+
+@pytest.fixture
+def example(airflow_db):
+    return fresh_test_dags("example_audit")
+
+
+def calls(dag_id: str) -> Counter:
+    lines = CALLS.read_text().splitlines() if CALLS.exists() else []
+    return Counter(int(m) for d, _, m, _ in map(str.split, lines) if d == dag_id)
+
+
+def states(dr) -> dict[str, str]:
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return {f"{ti.task_id}[{ti.map_index}]": ti.state for ti in dr.get_task_instances(session=session)}
+
+
+def xcom(dr, task_id: str, key: str = "return_value"):
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.query(XComModel).filter_by(dag_id=dr.dag_id, run_id=dr.run_id, task_id=task_id,
+                                                 key=key).one_or_none()
+    value = None if row is None else row.value
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def stage_view(dr, stage: str):
+    return next(s for s in plugin_app.build_model(dr.dag_id, dr.run_id, "v").summary.stages
+                if s.setup_task_id == f"{stage}.setup")
+
+
+def test_a_failed_audit_publishes_nothing_and_the_clear_reruns_only_the_blamed_shard(example):
+    from airflow.models import Variable
+
+    when = datetime(2024, 5, 1, tzinfo=timezone.utc)
+    target = ROOT / "audited_events"
+    Variable.set("commit_demo_broken_shard", "2")
+    try:
+        dr = example.dag.test(logical_date=when, run_after=when)
+    finally:
+        Variable.delete("commit_demo_broken_shard")
+    s = states(dr)
+    assert dr.state == "failed" and s["write_events.audit[-1]"] == "failed", s
+    assert s["write_events.commit[-1]"] == "upstream_failed" and s["write_events.abort[-1]"] == "success", s
+    assert sc.visible_files(str(target)) == [], "a failed audit publishes nothing"
+    verdict = xcom(dr, "write_events.audit", "audit")
+    assert verdict["passed"] is False and verdict["blamed_tasks"] == [2], verdict
+    failed = {c["check"].split("(")[0] for c in verdict["checks"] if not c["passed"]}
+    assert failed == {"NotNull", "Between"}, verdict["checks"]
+    view = stage_view(dr, "write_events")
+    assert view.state == "failed" and view.audit.state == "failed" and view.audit.blamed_tasks == [2]
+    assert view.aborted is not None and view.aborted.kept_tasks == [0, 1, 2, 3], "the teardown kept the commits"
+    rows = {r.task: r for r in plugin_app.CACHE.build(dr.dag_id, dr.run_id, "v").stages["write_events.setup"].rows}
+    assert "blamed it" in rows[2].why and "runs it again" in rows[2].why and "blamed" not in rows[0].why
+
+    # the source is fixed (the Variable is gone); the run is cleared: shard 2 runs again, the others are recovered.
+    # The audit's first try of the clear dies after writing its record; its retry judges the same commits.
+    faults.arm("audit.after_record", "raise")
+    dr = example.dag.test(logical_date=when, run_after=when)
+    assert dr.state == "success", states(dr)
+    assert calls("commit_audit") == {0: 1, 1: 1, 2: 2, 3: 1}, "only the blamed shard ran again"
+    manifest = read_success_marker(str(target), verify_files=True)
+    verdict = manifest["audit"]
+    app, audit_try = map(int, verdict["ref"].split("."))
+    assert verdict["passed"] is True and app == 1 and audit_try > 1, "the verdict is the retry's, in the clear"
+    assert verdict["tasks"] == {"0": "0.1", "1": "0.1", "2": "1.1", "3": "0.1"}, "shard 2 re-run, the rest recovered"
+    assert {c["check"]: c["passed"] for c in manifest["audit"]["checks"]} == dict.fromkeys(
+        [c["check"] for c in manifest["audit"]["checks"]], True)
+    ids = [r["event_id"] for r in sc.read_rows(str(target))]
+    assert len(ids) == len(set(ids)) == 12000 and None not in ids
+    assert stage_view(dr, "write_events").audit.state == "passed"
+
+
+def _hitl_client():
+    """Airflow's core REST API in this process (every user an admin), as the UI's "Required actions" calls it."""
+    from airflow.api_fastapi.app import create_app
+    from fastapi.testclient import TestClient
+
+    os.environ["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS"] = "True"
+    return TestClient(create_app())
+
+
+def _answer_when_asked(dag_id: str, task_id: str, choice: str, seen: dict) -> None:
+    """Wait until the approval task is parked for input, look at what is visible then, and answer it through the
+    REST API."""
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.utils.session import create_session
+
+    client = _hitl_client()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        with create_session() as session:
+            ti = session.query(TI).filter(TI.dag_id == dag_id, TI.task_id == task_id).order_by(
+                TI.try_number.desc()).first()
+            parked = ti is not None and ti.state in ("awaiting_input", "deferred")
+            run_id = ti.run_id if ti is not None else None
+        if parked:
+            break
+        time.sleep(0.2)
+    else:
+        seen["error"] = "the approval task was never parked for input"
+        return
+    seen["visible"] = sc.visible_files(str(ROOT / "reviewed_events"))
+    detail = client.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/-1/hitlDetails")
+    seen["body"] = detail.json().get("body")
+    seen["view"] = plugin_app.build_model(dag_id, run_id, "v").summary.stages[0].audit
+    answer = client.patch(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/-1/hitlDetails",
+                          json={"chosen_options": [choice], "params_input": {}})
+    seen["status"] = answer.status_code
+
+
+def _run_answered(example, choice: str, when: datetime) -> tuple:
+    seen: dict = {}
+    helper = threading.Thread(target=_answer_when_asked,
+                              args=("commit_audit_approval", "load_for_review.approve", choice, seen))
+    helper.start()
+    dr = example.approval_dag.test(logical_date=when, run_after=when)
+    helper.join(timeout=30)
+    assert "error" not in seen, seen
+    return dr, seen
+
+
+def test_an_approval_holds_the_commit_until_answered_and_a_rejection_publishes_nothing(example):
+    when = datetime(2024, 5, 2, tzinfo=timezone.utc)
+    target = ROOT / "reviewed_events"
+    dr, seen = _run_answered(example, "Reject", when)
+    assert seen["status"] == 200 and seen["visible"] == [], "nothing visible while the approval waits"
+    assert "400 rows" in seen["body"] and "NotNull" in seen["body"], "the approver sees the audit's summary"
+    assert seen["view"].approval.state == "waiting" and seen["view"].approval.deadline is not None
+    s = states(dr)
+    assert dr.state == "failed" and s["load_for_review.approve[-1]"] == "failed", s
+    assert s["load_for_review.commit[-1]"] == "upstream_failed", s
+    assert sc.visible_files(str(target)) == [], "a rejection publishes nothing"
+    assert stage_view(dr, "load_for_review").audit.approval.state == "rejected"
+
+    dr, seen = _run_answered(example, "Approve", when)   # the clear: every shard computed again, asked again
+    assert seen["visible"] == [] and dr.state == "success", states(dr)
+    assert calls("commit_audit_approval") == {m: 2 for m in range(4)}, \
+        "a rejection refuses every task for recovery: the clear computed them again"
+    manifest = read_success_marker(str(target), verify_files=True)
+    assert manifest["totals"]["rows"] == 400 and manifest["audit"]["approval"]["state"] == "approved"
+    assert manifest["audit"]["approval"]["by"]
