@@ -95,7 +95,8 @@ def phase_prior(cfg: dict[str, Any]) -> None:
 
 
 def phase_main(cfg: dict[str, Any], base_attempt: int) -> dict[str, Any]:
-    """A whole application attempt: setup, every task (the last one failing once first), job commit."""
+    """A whole application attempt: setup, every task (the last one failing once first), job commit (after an
+    audit, with ``cfg["audit"]``)."""
     committer(cfg).setup_job()
     for task in range(TASKS - 1):
         run_task(cfg, task, base_attempt)
@@ -104,18 +105,46 @@ def phase_main(cfg: dict[str, Any], base_attempt: int) -> dict[str, Any]:
     except RuntimeError:
         pass
     run_task(cfg, TASKS - 1, base_attempt + 1)
-    return committer(cfg).commit_job(TASKS)
+    return audit_and_commit(cfg, base_attempt)
 
 
 def phase_retry(cfg: dict[str, Any], base_attempt: int) -> dict[str, Any]:
-    """Airflow's 'clear only failed tasks': every task tried again, no setup, then job commit."""
+    """Airflow's 'clear only failed tasks': every task tried again, no setup, then job commit (after an audit,
+    with ``cfg["audit"]``)."""
     for task in range(TASKS):
         run_task(cfg, task, base_attempt)
-    return committer(cfg).commit_job(TASKS)
+    return audit_and_commit(cfg, base_attempt)
+
+
+def scenario_audit() -> Any:
+    """The audit of an audited scenario (``cfg["audit"]``): what every task writes passes it."""
+    from airflow_commit_provider.protocol.audit import Audit, checks
+
+    return Audit(checks=[checks.Rows(min=ROWS, per="task"), checks.NotNull("task", "row"),
+                         checks.Between("row", 0, ROWS - 1)])
+
+
+def audit_and_commit(cfg: dict[str, Any], attempt: int) -> dict[str, Any]:
+    """The job commit, after try *attempt* of the audit with ``cfg["audit"]`` (which must pass)."""
+    if not cfg.get("audit"):
+        return committer(cfg).commit_job(TASKS)
+    from airflow_commit_provider.protocol.audit.run import AuditGate, run_audit
+
+    audit = scenario_audit()
+    verdict = run_audit(committer(cfg).job, audit, TASKS, attempt)
+    assert verdict.passed, verdict.message
+    return committer(cfg).commit_job(TASKS, gate=AuditGate(audit.digest()))
 
 
 def phase_abort(cfg: dict[str, Any]) -> dict[str, Any]:
     return committer(cfg).abort_job()
+
+
+def run_audit_phase(cfg: dict[str, Any]) -> dict[str, Any]:
+    """One try (``cfg["attempt"]``) of the scenario's audit, in a process of its own (a zombie test pauses it)."""
+    from airflow_commit_provider.protocol.audit.run import run_audit
+
+    return run_audit(committer(cfg).job, scenario_audit(), TASKS, cfg["attempt"]).to_doc()
 
 
 def _fs(root: str) -> tuple[Any, str]:
@@ -205,7 +234,8 @@ if __name__ == "__main__":
     result = {"prior": lambda: phase_prior(config), "main": lambda: phase_main(config, config.get("attempt", 11)),
               "retry": lambda: phase_retry(config, config.get("attempt", 21)),
               "abort": lambda: phase_abort(config),
-              "task": lambda: run_task(config, config["task"], config["attempt"])}[phase]()
+              "task": lambda: run_task(config, config["task"], config["attempt"]),
+              "audit": lambda: run_audit_phase(config)}[phase]()
     print(json.dumps({"ok": True}))
 
 

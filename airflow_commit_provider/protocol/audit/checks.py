@@ -200,9 +200,9 @@ class Between(Check):
                 if o.files and o.rows:
                     unknown.append(t)
                 continue
-            nulls, lo, hi = col
+            lo, hi, values = col[1], col[2], col[3]
             if lo is None or hi is None:
-                if o.rows and nulls != o.rows:   # values whose bounds were not kept
+                if values != 0:   # values whose bounds were not kept (or an unknown count of them)
                     unknown.append(t)
                 continue
             lo, hi = decode_value(lo, typ), decode_value(hi, typ)

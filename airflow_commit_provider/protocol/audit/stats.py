@@ -6,12 +6,13 @@ the magic one included, whose staged files cannot be read before the job commit.
 (:attr:`~..records.task.TaskCommitRecord.stats`) per partition, so an audit sees, from the task records alone,
 what each task wrote where:
 
-``{"columns": [[name, arrow type], ...], "partitions": {"<partition>": {"<column>": [nulls, min, max]}}}``
+``{"columns": [[name, arrow type], ...], "partitions": {"<partition>": {"<column>": [nulls, min, max, values]}}}``
 
-``""`` is the partition of an unpartitioned file. ``nulls`` is ``None`` when a row group did not say; ``min`` and
-``max`` are JSON values (numbers, strings, booleans; dates, times and timestamps in ISO form, decimals as strings),
-``None`` when unknown: a column without statistics, a NaN-only float column, bytes, or text longer than
-:data:`MAX_TEXT` characters (a truncated bound would be a lie). Nested columns (lists, structs, maps) are listed
+``""`` is the partition of an unpartitioned file. ``nulls`` (and ``values``, the values that are not null) are
+``None`` when a row group did not say; ``min`` and ``max`` are JSON values (numbers, strings, booleans; dates,
+times and timestamps in ISO form, decimals as strings), ``None`` when there is no value or they are unknown: a
+column without statistics, a NaN-only float column, bytes, or text longer than :data:`MAX_TEXT` characters (a
+truncated bound would be a lie). Nested columns (lists, structs, maps) are listed
 in ``columns`` with no statistics. Files written through ``open_file`` have rows only (no statistics).
 """
 
@@ -32,7 +33,7 @@ from ..records.task import TaskCommitRecord
 #: text and binary bounds longer than this are not kept (min/max unknown)
 MAX_TEXT = 64
 
-#: one column's statistics in a record: ``[nulls, min, max]``
+#: one column's statistics in a record: ``[nulls, min, max, values]``
 ColumnStats = list
 
 
@@ -82,7 +83,7 @@ def _flat(typ: pa.DataType) -> bool:
 
 
 def file_stats(metadata: Any, schema: pa.Schema) -> dict[str, ColumnStats]:
-    """``{column: [nulls, min, max]}`` of one Parquet file from its footer (``pyarrow.parquet.FileMetaData``), for
+    """``{column: [nulls, min, max, values]}`` of one Parquet file from its footer (``pyarrow.parquet.FileMetaData``), for
     the top-level columns of *schema* that are not nested."""
     out: dict[str, ColumnStats] = {}
     leaf = 0
@@ -96,6 +97,7 @@ def file_stats(metadata: Any, schema: pa.Schema) -> dict[str, ColumnStats]:
 
 def _column(metadata: Any, index: int) -> ColumnStats:
     nulls: int | None = 0
+    values: int | None = 0
     low: Any = None
     high: Any = None
     known = True
@@ -103,10 +105,12 @@ def _column(metadata: Any, index: int) -> ColumnStats:
         chunk = metadata.row_group(g).column(index)
         s = chunk.statistics
         if s is None:
-            nulls, known = None, False
+            nulls, values, known = None, None, False
             continue
         if nulls is not None:
             nulls = nulls + s.null_count if s.has_null_count else None
+        if values is not None:
+            values = values + chunk.num_values - s.null_count if s.has_null_count else None
         if s.has_min_max:
             lo, hi = encode_value(s.min), encode_value(s.max)
             if lo is None or hi is None:
@@ -116,7 +120,7 @@ def _column(metadata: Any, index: int) -> ColumnStats:
             high = hi if high is None else max(high, hi, key=_key(s.max))
         elif not (s.has_null_count and s.null_count == chunk.num_values):
             known = False   # values without bounds (a float column of NaN only): nothing can be said
-    return [nulls, low if known else None, high if known else None]
+    return [nulls, low if known else None, high if known else None, values]
 
 
 def _key(sample: Any) -> Any:
@@ -125,9 +129,14 @@ def _key(sample: Any) -> Any:
 
 
 def merge_column(a: ColumnStats, b: ColumnStats, arrow_type: str) -> ColumnStats:
-    """Two files' (or partitions') statistics of one column as one."""
+    """Two files' (or partitions') statistics of one column as one (a side without a value has no bounds)."""
     nulls = None if a[0] is None or b[0] is None else a[0] + b[0]
-    return [nulls, _bound(min, a[1], b[1], arrow_type), _bound(max, a[2], b[2], arrow_type)]
+    values = None if a[3] is None or b[3] is None else a[3] + b[3]
+    if a[3] == 0:
+        return [nulls, b[1], b[2], values]
+    if b[3] == 0:
+        return [nulls, a[1], a[2], values]
+    return [nulls, _bound(min, a[1], b[1], arrow_type), _bound(max, a[2], b[2], arrow_type), values]
 
 
 def _bound(pick: Any, x: Any, y: Any, arrow_type: str) -> Any:
