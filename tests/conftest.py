@@ -112,7 +112,7 @@ _HEAVY_PROTOCOL_MODULES = {
     "test_tables", "test_marker_reads", "test_lifecycle_schedules", "test_crash_matrix", "test_shards",
     "test_compaction_tables", "test_lifecycle_seams", "test_lifecycle_processes", "test_races", "test_error_claim",
     "test_dedup", "test_recover_valid", "test_maintenance_tables", "test_partition_values",
-    "test_compaction_markers", "test_compaction", "test_packaging", "test_audit_faults",
+    "test_compaction_markers", "test_compaction", "test_packaging", "test_audit_faults", "test_audit_tables",
 }
 
 

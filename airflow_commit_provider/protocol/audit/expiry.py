@@ -60,8 +60,9 @@ def staged_data_expiry(scope: Job) -> StagedExpiry | None:
     prefix = f"{store.prefix.rstrip('/')}/" if store.prefix else ""
     try:
         config = store.fs.call_s3("get_bucket_lifecycle_configuration", Bucket=bucket)
-    except Exception as exc:   # s3fs turns botocore's error into an OSError with the code in its message
-        if "NoSuchLifecycleConfiguration" in f"{exc!r} {exc}":
+    except Exception as exc:   # s3fs turns botocore's error into an OSError (FileNotFoundError here), its cause
+        code = getattr(exc.__cause__, "response", {}).get("Error", {}).get("Code")
+        if code == "NoSuchLifecycleConfiguration" or (code is None and isinstance(exc, FileNotFoundError)):
             return None
         return StagedExpiry(None, f"the lifecycle configuration of bucket {bucket} could not be read "
                                   f"({type(exc).__name__}: {exc})")
