@@ -13,9 +13,13 @@ every task-side point x file system x kill style, the worker running one try of 
 killed after some shards committed (and after the shards of an earlier application attempt were recovered); its
 retry must call the user code of exactly the uncommitted shards, and the job commit hold every row once.
 
-CI runs the same cells through pytest (``tests/protocol/test_crash_matrix.py``, ``tests/s3/test_s3.py``); this
-command is the full cross product. ``--quick`` keeps the local file system only; ``--only task`` or ``--only shards``
-runs one of the two matrices.
+Then an audited stage (write, audit, publish: ``tests/protocol/test_audit_faults.py``): the worker killed at each
+audit point (:data:`faults.AUDIT_POINTS`) and right after the commit fixed its plan, recovered the same ways; the
+output must hold every row once and its ``_SUCCESS`` the verdict of the audit the commit took.
+
+CI runs the same cells through pytest (``tests/protocol/test_crash_matrix.py``, ``tests/s3/test_s3.py``,
+``tests/protocol/test_audit_faults.py``); this command is the full cross product. ``--quick`` keeps the local file
+system only; ``--only task``, ``--only shards`` or ``--only audit`` runs one of the three matrices.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from airflow_commit_provider.protocol import faults  # noqa: E402
+from airflow_commit_provider.protocol import faults, read_success_marker  # noqa: E402
 from airflow_commit_provider.protocol.faults import FAULT_EXIT_CODE  # noqa: E402
 from tests.protocol import scenario as sc  # noqa: E402
 from tests.protocol import shard_scenario as ss  # noqa: E402
@@ -108,11 +112,20 @@ def run_shard_cell(fs: str, algorithm, point: str, kill: str, base: str) -> str:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run_cell(fs: str, algorithm, point: str, kill: str, base: str) -> str:
+#: the audited stage's cells: every audit point, and the commit's plan (a resumed commit keeps the verdict)
+AUDIT_MATRIX_POINTS = [*faults.AUDIT_POINTS, "commit_job.after_plan"]
+
+
+def run_audit_cell(fs: str, algorithm, point: str, kill: str, base: str) -> str:
+    """:func:`run_cell` of an audited stage, whose ``_SUCCESS`` must then carry the audit's passing verdict."""
+    return run_cell(fs, algorithm, point, kill, base, audit=True)
+
+
+def run_cell(fs: str, algorithm, point: str, kill: str, base: str, *, audit: bool = False) -> str:
     """``pass``, ``n/a`` (the point is not on this algorithm's path) or ``FAIL: ...``."""
     root = new_root(fs, base)
     work = tempfile.mkdtemp(dir=base)
-    cfg = {"root": root, "work": work, "algorithm": algorithm, "mode": "overwrite"}
+    cfg = {"root": root, "work": work, "algorithm": algorithm, "mode": "overwrite", "audit": audit}
     if algorithm == "magic":
         cfg["part_size"] = 5 * 2**20
     try:
@@ -129,6 +142,8 @@ def run_cell(fs: str, algorithm, point: str, kill: str, base: str) -> str:
         else:
             sc.phase_retry(cfg, 31)
         sc.assert_exactly_once(sc.read_rows(root), old=set())
+        if audit and not read_success_marker(root).get("audit", {}).get("passed"):
+            return "FAIL: _SUCCESS has no passing audit verdict"
         leftovers = [f for f in sc.all_files(root) if f.startswith("_temporary")]
         if leftovers:
             return f"FAIL: left {leftovers[:3]}"
@@ -142,7 +157,7 @@ def run_cell(fs: str, algorithm, point: str, kill: str, base: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="local file system only")
-    parser.add_argument("--only", choices=("task", "shards"), help="one of the two matrices")
+    parser.add_argument("--only", choices=("task", "shards", "audit"), help="one of the three matrices")
     parser.add_argument("--no-tables", action="store_true", help="no Delta and Iceberg columns")
     args = parser.parse_args()
     columns = [("local", 1), ("local", 2)] + ([] if args.quick else [("s3", 1), ("s3", 2), ("s3", "magic")])
@@ -151,7 +166,8 @@ def main() -> int:
     moto = None if args.quick else start_moto(os.environ)[0]
     base = tempfile.mkdtemp(prefix="fault-matrix-")
     results: dict[tuple, str] = {}
-    matrices = [(m, p, c) for m, p, c in (("task", POINTS, run_cell), ("shards", ss.SHARD_POINTS, run_shard_cell))
+    matrices = [(m, p, c) for m, p, c in (("task", POINTS, run_cell), ("shards", ss.SHARD_POINTS, run_shard_cell),
+                                          ("audit", AUDIT_MATRIX_POINTS, run_audit_cell))
                 if args.only in (None, m)]
     t0 = time.monotonic()
     try:
@@ -175,7 +191,8 @@ def main() -> int:
     width = max(map(len, POINTS))
     mark = {"pass": "ok", "n/a": "-"}
     for matrix, points, _ in matrices:
-        title = "one task per task instance" if matrix == "task" else "a task instance of 4 shards"
+        title = {"task": "one task per task instance", "shards": "a task instance of 4 shards",
+                 "audit": "an audited stage (write, audit, publish)"}[matrix]
         print(f"\n{title}\n" + " " * width + " | " + " | ".join(heads))
         for point in points:
             cells = [mark.get(results[(matrix, point, fs, alg, kill)], "FAIL") for fs, alg in columns

@@ -14,6 +14,7 @@ from typing import Any
 _EXPORTS = {
     **dict.fromkeys(("CommitBaseOperator", "CommitSetupOperator", "CommitWriteOperator", "CommitJobOperator",
                      "CommitAbortOperator"), "commit"),
+    **dict.fromkeys(("CommitAuditOperator", "CommitApprovalOperator"), "audit"),
     "commit_stage": "stage",
     **dict.fromkeys(("EnsureTargetOperator", "ensure_target_before_each_try"), "ensure_target"),
     **dict.fromkeys(("DeduplicateOutputOperator", "CompactOutputOperator"), "maintenance"),

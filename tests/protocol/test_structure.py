@@ -97,7 +97,7 @@ def test_the_readme_layout_is_the_code_layout(tmp_path):
         jl.abort_record(0, "<job uuid>"), jl.commit_failure, layout.SUCCESS, f"<partition>/{layout.SUCCESS}", jl.trash_entry("<uuid>") + "/",
         layout.DEDUP_PLAN,
         jl.compaction_plan("<job uuid>"), jl.input_claim("<file>", 0), jl.refused_tasks("<job uuid>"),
-        jl.job_schema("<job uuid>"),
+        jl.job_schema("<job uuid>"), jl.audit_record("<job uuid>", 0, 2), jl.approval_record("<job uuid>", 0, 2),
     }
     normalise = {"0": "<app>", "00001": "<task>", "1": "<task>", "2": "<try>", "0000000000": "<n>"}
 
@@ -105,6 +105,7 @@ def test_the_readme_layout_is_the_code_layout(tmp_path):
         path = re.sub(r"attempt_00001_2", "attempt_<task>_<try>", path)
         path = re.sub(r"task_00001", "task_<task>", path)
         path = re.sub(r"_app_0\.json$", "_app_<app>.json", path)
+        path = re.sub(r"_(audit|approval)_<job uuid>_0_2\.json$", r"_\1_<job uuid>_<app>_<try>.json", path)
         return "/".join(normalise.get(p, p) for p in path.split("/"))
 
     expected = {"<out>/" + generic(p) + ("/..." if p in (jl.attempt_dir(0, 1, 2), jl.committed_dir(0))
