@@ -25,6 +25,7 @@ from airflow_commit_provider.protocol import faults, read_success_marker
 
 from ..conftest import TEST_ROOT, TEST_WORK, fresh_test_dags
 from ..protocol import scenario as sc
+from .test_lineage import _run_dags
 
 pytestmark = pytest.mark.airflow
 
@@ -176,3 +177,38 @@ def test_an_approval_holds_the_commit_until_answered_and_a_rejection_publishes_n
     manifest = read_success_marker(str(target), verify_files=True)
     assert manifest["totals"]["rows"] == 400 and manifest["audit"]["approval"]["state"] == "approved"
     assert manifest["audit"]["approval"]["by"]
+
+
+def test_hand_wired_sharded_and_keyed_stages_are_audited_and_report_data_quality_to_openlineage(airflow_db):
+    """``audit_test_dags.audit_styles`` run twice for one job key (in a process of its own, its OpenLineage events
+    written by the file transport): every stage commits with the verdict in ``_SUCCESS``; the keyed stage's second
+    generation is audited again (its own verdict) and replaces the first; each commit's output, and each audit
+    task's input, carries the data-quality facets."""
+    fresh_test_dags("commit_test_dags")   # empties the outputs and control files of earlier tests
+    runs = """
+        from datetime import datetime, timezone
+        for day in (1, 2):
+            when = datetime(2024, 6, day, tzinfo=timezone.utc)
+            print("STATE", audit_test_dags.audit_styles.test(logical_date=when, run_after=when).state)
+    """
+    proc, events = _run_dags("audit_test_dags", runs, TEST_WORK / "openlineage-audit.jsonl")
+    assert proc.stdout.count("STATE success") == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    root = TEST_ROOT / "audit_styles"
+    for stage, rows in (("ops", 15), ("shards", 20), ("keyed", 10)):
+        manifest = read_success_marker(str(root / stage), verify_files=True)
+        assert manifest["audit"]["passed"] and manifest["totals"]["rows"] == rows, (stage, manifest["totals"])
+    assert len(sc.read_rows(str(root / "keyed"))) == 10, "the second generation replaced the first's rows"
+    keyed = read_success_marker(str(root / "keyed"))
+    assert keyed["generation"] == 1 and keyed["replaced_generation"] and keyed["audit"]["ref"].startswith("1.")
+    ops = [c["check"] for c in read_success_marker(str(root / "ops"))["audit"]["checks"]]
+    assert ops[-1].startswith("data: ids_unique"), "the hand-wired stage ran its data callable"
+    commits = [e for e in events if e["job"]["name"].endswith(("ops_commit", "shards.commit", "keyed.commit"))
+               and e["eventType"] == "COMPLETE"]
+    assert len(commits) == 6
+    for event in commits:
+        [output] = event["outputs"]
+        assertions = output["facets"]["dataQualityAssertions"]["assertions"]
+        assert assertions and all(a["success"] for a in assertions), assertions
+        assert output["facets"]["dataQualityMetrics"]["rowCount"] > 0
+    audits = [e for e in events if e["job"]["name"].endswith(("ops_audit", ".audit")) and e["eventType"] == "COMPLETE"]
+    assert len(audits) == 6 and all(e["inputs"][0]["facets"]["dataQualityAssertions"] for e in audits)

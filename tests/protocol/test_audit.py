@@ -277,3 +277,72 @@ def test_a_try_after_the_commit_fixed_its_plan_returns_the_verdict_the_commit_to
     manifest = committer(root).commit_job(TASKS, gate=gate())   # resumed: no gate again, the plan's verdict
     assert manifest["audit"]["ref"] == "0.1"
     assert run_audit(committer(root).job, AUDIT, TASKS, 3).passed   # after the commit too
+
+
+@pytest.mark.parametrize("mode", ["error", "append", "overwrite", "dynamic"])
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_a_failed_audit_leaves_the_target_as_it_was_in_every_mode(tmp_path, mode, where):
+    """Overwrite and dynamic delete old data only at the job commit, which a failed audit never reaches; every
+    mode then commits once the data is fixed. Declarative checks and a data callable, local disk and memory."""
+    import uuid
+
+    root = str(tmp_path / "out") if where == "local" else f"memory://audit-{uuid.uuid4().hex}/out"
+    if mode != "error":
+        sc.write_old_data(root)
+    before = sorted(sc.visible_files(root)) if mode != "error" else []
+    audit = Audit(checks=AUDIT.checks, data=lambda d: d.count_rows() == 16).for_stage(
+        "t", algorithm=1, table_format=None, partition_by=["day"])
+    c = committer(root, mode=mode)
+    c.setup_job()
+    for t in range(TASKS):
+        run_task_attempt(committer(root, mode=mode), t, 1, lambda w, t=t: w.write(rows(t, null_at=0 if t else None)))
+    assert run_audit(committer(root, mode=mode).job, audit, TASKS, 1).blamed == [1, 2, 3]
+    with pytest.raises(AuditFailed):
+        committer(root, mode=mode).commit_job(TASKS, gate=gate(audit))
+    assert sorted(sc.visible_files(root)) == before, "a failed audit changes nothing visible"
+    committer(root, mode=mode).abort_job(keep_committed=True)
+    committer(root, mode=mode).setup_job()
+    ran = [t for t in range(TASKS) if run_task_attempt(committer(root, mode=mode), t, 2,
+                                                       lambda w, t=t: w.write(rows(t))).ran_callable]
+    assert ran == [1, 2, 3]
+    assert run_audit(committer(root, mode=mode).job, audit, TASKS, 2).passed
+    committer(root, mode=mode).commit_job(TASKS, gate=gate(audit))
+    import pyarrow.parquet as pq
+
+    fs, base = sc._fs(root)
+    ids = sorted(i for rel in sc.visible_files(root) if "/part-" in rel
+                 for i in pq.read_table(f"{base}/{rel}", filesystem=fs).column("id").to_pylist())
+    assert ids == sorted(t * 10 + i for t in range(TASKS) for i in range(4)), "every row once"
+    old = [rel for rel in sc.visible_files(root) if "/old-" in rel]
+    assert old == {"error": [], "append": before, "overwrite": [], "dynamic": ["day=d9/old-01.parquet"]}[mode]
+    assert read_success_marker(root, verify_files=True)["audit"]["passed"]
+
+
+def test_a_clear_after_success_is_a_new_generation_audited_again(tmp_path):
+    root = tmp_path / "out"
+    _c(root)
+    write_all(root)
+    run_audit(committer(root).job, AUDIT, TASKS, 1)
+    first = committer(root).commit_job(TASKS, gate=gate())
+    committer(root).setup_job()   # the clear after success: a new generation
+    write_all(root, attempt=2)
+    with pytest.raises(AuditFailed, match="no audit record"):
+        committer(root).commit_job(TASKS, gate=gate())   # the first generation's verdict is not this one's
+    assert run_audit(committer(root).job, AUDIT, TASKS, 3).passed
+    second = committer(root).commit_job(TASKS, gate=gate())
+    assert second["replaced_generation"] == first["job_uuid"] and second["audit"]["ref"] == "1.3"
+    assert len(sc.read_rows(str(root))) == 16, "the new generation replaced the old one's rows"
+
+
+def test_an_audit_of_another_runs_application_attempt_is_refused_as_an_overlap(tmp_path):
+    from airflow_commit_provider.protocol import OverlappingRun, RunOwner
+
+    root = tmp_path / "out"
+    a, b = RunOwner("d", "run-a"), RunOwner("d", "run-b")
+    committer(root, owner=a).setup_job()
+    for t in range(TASKS):
+        run_task_attempt(committer(root, owner=a), t, 1, lambda w, t=t: w.write(rows(t)))
+    with pytest.raises(OverlappingRun):
+        run_audit(committer(root, owner=b).job, AUDIT, TASKS, 1)
+    assert latest_audit(committer(root).job, committer(root).job.require_job().job_uuid) is None
+    assert run_audit(committer(root, owner=a).job, AUDIT, TASKS, 1).passed

@@ -78,3 +78,23 @@ def test_pyiceberg_cannot_publish_a_staged_branch_without_losing_a_concurrent_co
     catalog.load_table("ns.t").manage_snapshots().set_current_snapshot(ref_name="wap").commit()   # "publish"
     published = sorted(r["x"] for r in catalog.load_table("ns.t").scan().to_arrow().to_pylist())
     assert published == [1, 2], "the other job's row is gone: publishing a branch is not a fast-forward"
+
+
+def test_an_approval_holds_the_table_transaction_until_approved(base):  # noqa: F811
+    from airflow_commit_provider.protocol.audit import Approval
+    from airflow_commit_provider.protocol.audit.run import decide_approval, request_approval
+
+    audit = Audit(checks=[checks.Rows(min=12)], approval=Approval())
+    gate = AuditGate(audit.digest(), approval=True)
+    committer_for(base).setup_job()
+    for t in range(3):
+        run_task_attempt(committer_for(base), t, 1, lambda w, t=t: w.write(task_rows(t, 4, 0)))
+    assert run_audit(committer_for(base).job, audit, 3, 1).passed
+    request_approval(committer_for(base).job, None, None)
+    with pytest.raises(AuditFailed, match="waiting"):
+        committer_for(base).commit_job(3, gate=gate)
+    assert committed_transactions(base) == 0
+    decide_approval(committer_for(base).job, "approved", "ann")
+    manifest = committer_for(base).commit_job(3, gate=gate)
+    assert manifest["audit"]["approval"]["by"] == "ann" and rows(base) == expected()
+    assert committed_transactions(base) == 1

@@ -89,3 +89,34 @@ def test_a_magic_stage_whose_approval_could_outlive_the_bucket_lifecycle_is_refu
 
     stage = plugin_app.build_model(dr.dag_id, dr.run_id, "v").summary.stages[0]
     assert stage.state == "refused" and "AbortIncompleteMultipartUpload after 1 day(s)" in stage.error
+
+
+@pytest.mark.parametrize("algorithm", [1, "magic"])
+def test_an_audited_job_on_s3_commits_after_its_checks_its_callable_and_its_approval(bucket, algorithm):
+    """Algorithm 1 on S3: the data callable reads the staged objects (through s3fs); magic: checks only. Both wait
+    for the approval."""
+    from airflow_commit_provider.protocol.audit import Approval
+    from airflow_commit_provider.protocol.audit.run import decide_approval, request_approval
+
+    root = f"s3://{bucket}/out"
+    c = make_committer(root, "job", algorithm=algorithm, mode="append", partition_by=["day"])
+    c.setup_job()
+    for t in range(sc.TASKS):
+        run_task_attempt(c, t, 1, lambda w, t=t: w.write(sc.task_table(t, 1)))
+    seen = {}
+
+    def data(dataset):
+        seen["rows"] = sorted((r["task"], r["row"], r["day"]) for r in dataset.to_table().to_pylist())
+        return True
+
+    audit = Audit(checks=[checks.Rows(min=sc.ROWS, per="task")], data=data if algorithm == 1 else None,
+                  approval=Approval(timeout=timedelta(hours=1)))
+    assert run_audit(c.job, audit, sc.TASKS, 1).passed
+    if algorithm == 1:
+        assert seen["rows"] == sorted((t, i, f"d{i % 2}") for t in range(sc.TASKS) for i in range(sc.ROWS))
+    request_approval(c.job, None, None)
+    decide_approval(c.job, "approved", "ann")
+    assert sc.visible_files(root) == [], "nothing visible before the commit"
+    manifest = c.commit_job(sc.TASKS, gate=AuditGate(audit.digest(), approval=True))
+    sc.assert_exactly_once(sc.read_rows(root))
+    assert manifest["audit"]["approval"]["state"] == "approved" and pending_uploads(bucket) == []
