@@ -116,12 +116,17 @@ def phase_retry(cfg: dict[str, Any], base_attempt: int) -> dict[str, Any]:
     return audit_and_commit(cfg, base_attempt)
 
 
-def scenario_audit() -> Any:
-    """The audit of an audited scenario (``cfg["audit"]``): what every task writes passes it."""
+def scenario_audit(algorithm: int | str) -> Any:
+    """The audit of an audited scenario (``cfg["audit"]``): what every task writes passes it; with algorithm 1 a
+    data callable reads the staged files too (every row of every task once)."""
     from airflow_commit_provider.protocol.audit import Audit, checks
 
+    def every_row_once(dataset: ds.Dataset) -> bool:
+        keys = [(r["task"], r["row"]) for r in dataset.to_table(columns=["task", "row"]).to_pylist()]
+        return sorted(keys) == [(t, i) for t in range(TASKS) for i in range(ROWS)]
+
     return Audit(checks=[checks.Rows(min=ROWS, per="task"), checks.NotNull("task", "row"),
-                         checks.Between("row", 0, ROWS - 1)])
+                         checks.Between("row", 0, ROWS - 1)], data=every_row_once if algorithm == 1 else None)
 
 
 def audit_and_commit(cfg: dict[str, Any], attempt: int) -> dict[str, Any]:
@@ -130,7 +135,7 @@ def audit_and_commit(cfg: dict[str, Any], attempt: int) -> dict[str, Any]:
         return committer(cfg).commit_job(TASKS)
     from airflow_commit_provider.protocol.audit.run import AuditGate, run_audit
 
-    audit = scenario_audit()
+    audit = scenario_audit(cfg["algorithm"])
     verdict = run_audit(committer(cfg).job, audit, TASKS, attempt)
     assert verdict.passed, verdict.message
     return committer(cfg).commit_job(TASKS, gate=AuditGate(audit.digest()))
@@ -144,7 +149,7 @@ def run_audit_phase(cfg: dict[str, Any]) -> dict[str, Any]:
     """One try (``cfg["attempt"]``) of the scenario's audit, in a process of its own (a zombie test pauses it)."""
     from airflow_commit_provider.protocol.audit.run import run_audit
 
-    return run_audit(committer(cfg).job, scenario_audit(), TASKS, cfg["attempt"]).to_doc()
+    return run_audit(committer(cfg).job, scenario_audit(cfg["algorithm"]), TASKS, cfg["attempt"]).to_doc()
 
 
 def _fs(root: str) -> tuple[Any, str]:

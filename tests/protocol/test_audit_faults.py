@@ -36,7 +36,8 @@ def test_a_kill_around_the_audit_is_recovered_to_one_commit_with_its_verdict(tmp
     check_mid_crash(cfg)   # with v1 nothing of the job is visible before its commit, audited or not
     recover_and_check(cfg, style)
     verdict = read_success_marker(cfg["root"])["audit"]
-    assert verdict["passed"] and verdict["spec"] == sc.scenario_audit().digest()
+    assert verdict["passed"] and verdict["spec"] == sc.scenario_audit(algorithm).digest()
+    assert any(c["check"].startswith("data: ") for c in verdict["checks"]) == (algorithm == 1)
     assert set(verdict["tasks"]) == {str(t) for t in range(sc.TASKS)}
 
 
@@ -61,7 +62,7 @@ def test_zombie_audits_woken_late_change_nothing(tmp_path):
     late = _paused_audit(cfg, 2)
     from airflow_commit_provider.protocol.audit.run import run_audit
 
-    assert run_audit(c.job, sc.scenario_audit(), sc.TASKS, 3).passed   # the retry that Airflow sees
+    assert run_audit(c.job, sc.scenario_audit(1), sc.TASKS, 3).passed   # the retry that Airflow sees
     resume(early)   # wakes before the commit: writes try 1's record, which the newest (try 3) outranks
     assert latest_audit(c.job, c.job.require_job().job_uuid).attempt == 3
     manifest = sc.audit_and_commit(cfg, 4)

@@ -64,6 +64,7 @@ def run_audit(scope: Job, audit: Audit, expected_tasks: int | Sequence[int], att
     is judged again (the commit only rolls forward). A job already committed (a late try) likewise returns the
     commit's. :class:`~..errors.JobIncomplete` when an expected task has no committed attempt (one a failed audit
     refused, whose write did not run again: the message says to clear it)."""
+    audit.check_algorithm(f"the audit of job {scope.job_id}", scope.publisher.algorithm)
     job = scope.job_record()
     if job is None:
         committed = scope.commit_log()

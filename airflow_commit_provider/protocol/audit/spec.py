@@ -94,6 +94,15 @@ class Audit:
         callable is refused where the committer keeps staged data unreadable (magic) or has none (v2), an
         approval with v2 (the data is visible while it waits). A directory stage's partition columns count as
         present for :class:`~.checks.Columns` (they live in directory names, not in the files)."""
+        self.check_algorithm(owner, algorithm)
+        if table_format is not None or not partition_by:
+            return self
+        return replace(self, checks=tuple(c.with_partitions(partition_by) if isinstance(c, Columns) else c
+                                          for c in self.checks))
+
+    def check_algorithm(self, owner: str, algorithm: int | str) -> None:
+        """:class:`InvalidOutputSpec` when the committer cannot give what this audit needs (see
+        :meth:`for_stage`)."""
         if self.data is not None and algorithm in _NO_DATA:
             raise InvalidOutputSpec(f"{owner}: audit=Audit(data=...) with algorithm={algorithm!r}: "
                                     f"{_NO_DATA[algorithm]}")
@@ -101,10 +110,6 @@ class Audit:
             raise InvalidOutputSpec(f"{owner}: audit=Audit(approval=...) with algorithm=2: each task's files are "
                                     "visible from its task commit on, so readers would see the data while the "
                                     "approval waits. Use algorithm=1 (or 'magic' on S3)")
-        if table_format is not None or not partition_by:
-            return self
-        return replace(self, checks=tuple(c.with_partitions(partition_by) if isinstance(c, Columns) else c
-                                          for c in self.checks))
 
     def to_doc(self) -> dict[str, Any]:
         return {"checks": [c.to_doc() for c in self.checks], "data": callable_identity(self.data),
@@ -117,11 +122,12 @@ class Audit:
 
 
 def callable_identity(func: Callable[..., Any] | None) -> str | None:
-    """A data callable as the digest sees it: its module and name, and its source when Python can read it (a
-    changed body is a changed audit)."""
+    """A data callable as the digest sees it: its qualified name and its source when Python can read it (a changed
+    body is a changed audit). Not its module's name: Airflow imports a DAG file under a name made from its path,
+    which may differ between the workers that run the audit and the commit."""
     if func is None:
         return None
-    name = f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', type(func).__name__)}"
+    name = getattr(func, "__qualname__", type(func).__name__)
     try:
         source = inspect.getsource(func)
     except (OSError, TypeError):
