@@ -20,6 +20,11 @@ A table stage's output is the table: a Delta table is named by its location (as 
 table by its catalog identifier (``ns.events``) in the namespace of the store holding its files, with a
 ``symlinks`` facet naming its location; both carry the ``version`` facet: the Delta version or the Iceberg snapshot
 id the job's transaction made (the one a consumer should read).
+
+An audited stage (``commit_stage(audit=...)``) adds the audit's verdict: ``dataQualityAssertions`` (each check,
+passed or not) and ``dataQualityMetrics`` (rows, bytes, files, each column's nulls and numeric bounds) on the
+commit's output, and on the audit task's input (the target, which the audit leaves unchanged; its failed
+assertions when it failed).
 """
 
 from __future__ import annotations
