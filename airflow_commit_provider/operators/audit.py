@@ -15,14 +15,14 @@ the store may drop the staged uploads.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 from ..protocol.audit import Approval, Audit, as_audit
-from ..protocol.audit.expiry import expires_at, staged_data_expiry
+from ..protocol.audit.expiry import approval_wait
 from ..protocol.audit.record import AuditRecord
 from ..protocol.audit.run import decide_approval, request_approval, run_audit
-from ..protocol.errors import AuditFailed, InvalidOutputSpec
+from ..protocol.errors import InvalidOutputSpec
 from .commit import CommitBaseOperator, count_write_tasks
 from .failures import AirflowFailException, fail_fast_on_deterministic_errors
 
@@ -183,20 +183,11 @@ class CommitApprovalOperator(CommitBaseOperator, _base()):  # type: ignore[misc]
     def execute(self, context: Any) -> Any:
         with fail_fast_on_deterministic_errors():
             committer = self.committer(context)
-            job = committer.job.require_job()
-            expiry = staged_data_expiry(committer.job)
-            expires = expires_at(job, expiry) if expiry is not None else None
             now = datetime.now(timezone.utc)
-            timeout = self.approval.timeout
-            if expires is not None:
-                left = expires - now
-                if left <= timedelta(0):
-                    raise AuditFailed(f"job {committer.job_id}: the store may have dropped the staged data already "
-                                      f"({expiry.reason if expiry else ''}): nothing to approve")
-                if timeout is None or left < timeout:
-                    self.log.warning("the approval waits %s at most, not %s: %s", left, timeout,
-                                     expiry.reason if expiry else "")
-                    timeout = left
+            timeout, expires = approval_wait(committer.job, self.approval.timeout, now)
+            if timeout != self.approval.timeout:
+                self.log.warning("the approval waits %s at most, not %s: the store may drop the staged data at %s",
+                                 timeout, self.approval.timeout, expires)
             deadline = None if timeout is None else now + timeout
             rec = request_approval(committer.job, None if deadline is None else deadline.isoformat(),
                                    None if expires is None else expires.isoformat())

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import importlib
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import boto3
 import pytest
 
 from airflow_commit_provider.protocol import AuditFailed, make_committer, run_task_attempt
 from airflow_commit_provider.protocol.audit import Audit, checks
-from airflow_commit_provider.protocol.audit.expiry import approval_risk
+from airflow_commit_provider.protocol.audit.expiry import approval_risk, approval_wait
 from airflow_commit_provider.protocol.audit.run import AuditGate, run_audit
 
 from ..conftest import DAGS_FOLDER, TEST_WORK
@@ -65,6 +65,14 @@ def test_the_lifecycle_rules_that_bound_an_approval(bucket):
     assert approval_risk(magic.job, 2 * day - timedelta(hours=1)) is None
     assert approval_risk(make_committer(f"s3://{bucket}/lake/events", "job", algorithm=1).job, None) is None, \
         "algorithm 1 stages plain objects: nothing expires"
+
+    magic.setup_job()   # the approval never waits past the set-up time plus the rule's days
+    created = datetime.fromisoformat(magic.job.require_job().created)
+    assert approval_wait(magic.job, None, created) == (2 * day, created + 2 * day)
+    assert approval_wait(magic.job, 3 * day, created + day) == (day, created + 2 * day)
+    assert approval_wait(magic.job, timedelta(hours=1), created) == (timedelta(hours=1), created + 2 * day)
+    with pytest.raises(AuditFailed, match="dropped the staged data already"):
+        approval_wait(magic.job, None, created + 2 * day)
 
 
 def test_a_magic_stage_whose_approval_could_outlive_the_bucket_lifecycle_is_refused_at_setup(bucket, airflow_db,

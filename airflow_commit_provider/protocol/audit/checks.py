@@ -300,39 +300,44 @@ class Partitions(Check):
 
 
 @dataclass(frozen=True)
-class Files(Check):
-    """How many files the job wrote (small files, or none). Judged on the whole job."""
+class _JobTotal(Check):
+    """A bound on one of the whole job's totals (:meth:`total`). Judged on the whole job: a failure blames every
+    task."""
 
     min: int | None = None
     max: int | None = None
-    kind: ClassVar[str] = "files"
 
     def __post_init__(self) -> None:
-        _check_bounds("Files", self.min, self.max)
+        _check_bounds(type(self).__name__, self.min, self.max)
+
+    def total(self, stats: JobStats) -> int:
+        raise NotImplementedError
 
     def evaluate(self, stats: JobStats) -> Outcome:
-        n = stats.total.files
+        n = self.total(stats)
         ok = _within(n, self.min, self.max)
-        return Outcome(self.label, ok, n, _bounds(self.min, self.max), None, "" if ok else f"{n} file(s)",
+        return Outcome(self.label, ok, n, _bounds(self.min, self.max), None, "" if ok else f"{n} {self.kind}",
                        () if ok else None)
 
 
 @dataclass(frozen=True)
-class Bytes(Check):
-    """How many bytes the job wrote. Judged on the whole job."""
+class Files(_JobTotal):
+    """How many files the job wrote (small files, or none)."""
 
-    min: int | None = None
-    max: int | None = None
+    kind: ClassVar[str] = "files"
+
+    def total(self, stats: JobStats) -> int:
+        return stats.total.files
+
+
+@dataclass(frozen=True)
+class Bytes(_JobTotal):
+    """How many bytes the job wrote."""
+
     kind: ClassVar[str] = "bytes"
 
-    def __post_init__(self) -> None:
-        _check_bounds("Bytes", self.min, self.max)
-
-    def evaluate(self, stats: JobStats) -> Outcome:
-        n = stats.total.bytes
-        ok = _within(n, self.min, self.max)
-        return Outcome(self.label, ok, n, _bounds(self.min, self.max), None, "" if ok else f"{n} byte(s)",
-                       () if ok else None)
+    def total(self, stats: JobStats) -> int:
+        return stats.total.bytes
 
 
 __all__ = ["Between", "Bytes", "Check", "Columns", "Files", "NotNull", "Outcome", "Partitions", "Rows"]

@@ -115,4 +115,21 @@ def approval_risk(scope: Job, timeout: timedelta | None) -> ExpiryRisk | None:
         "then times out (a failed audit) before the uploads would expire", certain=True)
 
 
-__all__ += ["ExpiryRisk", "approval_risk"]
+def approval_wait(scope: Job, timeout: timedelta | None, now: datetime) -> tuple[timedelta | None, datetime | None]:
+    """How long an approval asked at *now* may wait (its *timeout*, cut short to the moment the store may drop
+    the generation's staged data) and that moment (``None``: never). :class:`~..errors.AuditFailed` when it may
+    have passed already: there is nothing left to approve."""
+    from ..errors import AuditFailed
+
+    expiry = staged_data_expiry(scope)
+    expires = None if expiry is None else expires_at(scope.require_job(), expiry)
+    if expires is None:
+        return timeout, None
+    left = expires - now
+    if left <= timedelta(0):
+        raise AuditFailed(f"job {scope.job_id}: the store may have dropped the staged data already "
+                          f"({expiry.reason if expiry else ''}): nothing to approve")
+    return (left if timeout is None or left < timeout else timeout), expires
+
+
+__all__ += ["ExpiryRisk", "approval_risk", "approval_wait"]
