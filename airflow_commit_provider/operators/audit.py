@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from ..protocol.audit import Approval, Audit, as_audit
+from ..protocol.audit import Approval, Audit
+from ..protocol.audit.spec import stage_spec
 from ..protocol.audit.expiry import approval_wait
 from ..protocol.audit.record import AuditRecord
 from ..protocol.audit.run import decide_approval, request_approval, run_audit
@@ -34,12 +35,9 @@ def stage_audit(audit: Any, owner: str, common: Mapping[str, Any]) -> Audit | No
     """``commit_stage(audit=...)`` as the stage's tasks take it, checked where the DAG is parsed against the
     stage's committer (:meth:`~..protocol.audit.spec.Audit.for_stage`); an approval on an Airflow without
     human-in-the-loop operators is refused here too."""
-    spec = as_audit(audit, owner)
-    if spec is None:
-        return None
-    spec = spec.for_stage(owner, algorithm=common.get("algorithm", 1), table_format=common.get("table_format"),
-                          partition_by=common.get("partition_by") or ())
-    if spec.approval is not None:
+    spec = stage_spec(audit, owner, algorithm=common.get("algorithm", 1), table_format=common.get("table_format"),
+                      partition_by=common.get("partition_by") or ())
+    if spec is not None and spec.approval is not None:
         approval_operator_class(owner)
     return spec
 

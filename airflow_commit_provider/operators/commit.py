@@ -276,6 +276,16 @@ class CommitBaseOperator(BaseOperator):
         self.catalog = dict(catalog) if catalog is not None else None
         self.catalog_conn_id = catalog_conn_id
 
+    def _stage_audit(self, audit: Any) -> Any:
+        """The stage's audit as each of its tasks holds it (:func:`~..protocol.audit.spec.stage_spec`: one
+        specification, one digest, however the stage was built); ``None`` without one."""
+        if audit is None:
+            return None
+        from ..protocol.audit.spec import stage_spec
+
+        return stage_spec(audit, f"{type(self).__name__}(task_id={self.task_id!r})", algorithm=self.algorithm,
+                          table_format=self.table_format, partition_by=self.partition_by)
+
     def _job_name(self) -> str:
         if self.job_name:
             return self.job_name
@@ -373,7 +383,7 @@ class CommitSetupOperator(CommitBaseOperator):
 
     def __init__(self, *, audit: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.audit = audit
+        self.audit = self._stage_audit(audit)
 
     def _check_approval_expiry(self, committer: FileOutputCommitter) -> None:
         from ..protocol.audit.expiry import approval_risk
@@ -581,7 +591,7 @@ class CommitJobOperator(CommitLineageMixin, CommitBaseOperator):
         super().__init__(**kwargs)
         self.teardown_task_id = teardown_task_id
         #: the stage's :class:`~..protocol.audit.Audit`: the commit then requires its passing verdict
-        self.audit = audit
+        self.audit = self._stage_audit(audit)
         if write_task_id is None and expected_tasks is None:
             raise InvalidOutputSpec("CommitJobOperator needs write_task_id or expected_tasks to know which tasks "
                                     "must have committed")

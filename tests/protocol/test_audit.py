@@ -76,8 +76,8 @@ def test_task_commits_record_column_statistics_per_partition(tmp_path):
     run_task_attempt(c, 0, 1, produce, max_rows_per_file=2)
     rec = audited_records(c.job, c.job.require_job(), [0])[0]
     assert len(rec.files) == 2, "two files, one statistics"
-    assert dict(map(tuple, rec.stats["columns"]))["l"] == "list<item: int64>"
-    cols = rec.stats["partitions"][""]
+    assert dict(map(tuple, rec.stats_doc["columns"]))["l"] == "list<item: int64>"
+    cols = rec.stats_doc["partitions"][""]
     assert cols["d"] == [1, "2024-01-01", "2024-01-02", 2], "a file of nulls only has no bounds, and says so"
     assert cols["ts"] == [0, "2024-01-01T05:00:00+00:00", "2024-01-01T05:00:00+00:00", 3]
     assert cols["dec"] == [1, "9.50", "10.25", 2], "decimals ordered as numbers, not as text"

@@ -149,4 +149,14 @@ def as_audit(value: Any, owner: str) -> Audit | None:
     raise InvalidOutputSpec(f"{owner}: audit={value!r}: give an Audit(...), a list of checks or a callable")
 
 
-__all__ = ["Approval", "Audit", "as_audit", "callable_identity"]
+def stage_spec(value: Any, owner: str, *, algorithm: int | str, table_format: str | None,
+               partition_by: Sequence[str]) -> Audit | None:
+    """What every task of a stage takes as its audit (the audit task, the setup, the commit): :func:`as_audit`,
+    then :meth:`Audit.for_stage`, so that all of them, built by ``commit_stage`` or by hand, hold the same
+    specification and its digest."""
+    spec = as_audit(value, owner)
+    return None if spec is None else spec.for_stage(owner, algorithm=algorithm, table_format=table_format,
+                                                    partition_by=partition_by)
+
+
+__all__ = ["Approval", "Audit", "as_audit", "callable_identity", "stage_spec"]

@@ -206,7 +206,7 @@ class JobStats:
         types: dict[str, str] = {}
         writers: dict[str, set[int]] = {}
         for rec in recs:
-            stats = rec.stats or {}
+            stats = rec.stats_doc or {}
             schemas[rec.task] = stats.get("columns")
             for name, typ in stats.get("columns") or ():
                 types.setdefault(name, typ)

@@ -37,7 +37,8 @@ CHECKS = Audit(checks=[checks.Rows(min=ROWS, per="task"), checks.NotNull("id"), 
 
 with DAG("audit_styles", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
          tags=["airflow-commit-provider-tests"]) as audit_styles:
-    audit = Audit(checks=CHECKS.checks, data=ids_unique)
+    # Columns on a partitioned stage: every task of it must hold the same specification (the partition column)
+    audit = Audit(checks=[*CHECKS.checks, checks.Columns({"id": "int64", "day": None})], data=ids_unique)
     shared = {"target": os.path.join(ROOT, "ops"), "mode": "append", "partition_by": ["day"], "job_name": "ops"}
     setup = CommitSetupOperator(task_id="ops_setup", audit=audit, **shared)
     write = CommitWriteOperator.partial(task_id="ops_write", python_callable=rows, **shared).expand(
