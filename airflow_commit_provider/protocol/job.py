@@ -17,7 +17,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
 from . import records
-from .config import CommitConfig
+from .config import CommitConfig, RunOwner
 from .errors import (
     InvalidOutputSpec,
     JobAlreadyCommitted,
@@ -27,8 +27,8 @@ from .errors import (
     OverlappingRun,
 )
 from .layout import ABORT_RECORD, TEMPORARY, TRASH, JobLayout, check_job_id
+from .ledger import AttemptLedger
 from .modes import Mode
-from .config import RunOwner
 from .owners import not_owned
 from .parallel import parallel
 from .publish import Publisher, publisher_for
@@ -38,7 +38,6 @@ from .records.task import TaskCommitRecord
 from .stores import Store
 from .tables.common import TableTarget
 from .targetclaim import TargetClaim
-from .tasks.ledger import AttemptLedger
 
 
 class Job:

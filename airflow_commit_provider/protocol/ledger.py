@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..layout import JobLayout, parse_attempt_name
-from ..stores import Store
+from .layout import JobLayout, parse_attempt_name
+from .stores import Store
 
 COMMITTING = "committing"
 FAILED = "failed"

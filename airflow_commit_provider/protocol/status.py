@@ -11,8 +11,8 @@ from typing import Any
 from . import records
 from .job import Job
 from .layout import SUCCESS
+from .ledger import COMMITTING, FAILED
 from .records.job import JobRecord
-from .tasks.ledger import COMMITTING, FAILED
 
 
 class JobStatus:

@@ -20,15 +20,15 @@ from ..errors import CorruptRecord, InputsClaimed, InvalidOutputSpec, JobIncompl
 from ..faults import mid_delete
 from ..job import Job
 from ..layout import SUCCESS, TEMPORARY, task_name
-from ..maintenance.claims import live_holders
 from ..parallel import parallel
 from ..paths import join, partition_of
+from ..records.claims import live_holders
 from ..records.inputs import check_unchanged
 from ..records.job import CommitLog, CommitPlan, JobRecord
-from ..records.success import SuccessManifest, marker_dirs_above, withdraw_markers, write_markers
-from ..records.underway import markers_changing
 from ..records.refused import RefusedTasks
+from ..records.success import SuccessManifest, marker_dirs_above, withdraw_markers, write_markers
 from ..records.task import TaskCommitRecord
+from ..records.underway import markers_changing
 from ..replacing import holders, refuse_mixed
 from ..schemas import check_one_schema
 from ..status import JobStatus
