@@ -10,7 +10,7 @@ from typing import Any
 
 from . import records
 from .job import Job
-from .layout import SUCCESS
+from .layout import SUCCESS, attempt_name
 from .ledger import COMMITTING, FAILED
 from .records.job import JobRecord
 
@@ -48,6 +48,8 @@ class JobStatus:
                                        "files": len(rec.files),
                                        "rows": sum(f.rows or 0 for f in rec.files),
                                        "bytes": sum(f.size for f in rec.files), "current": a == app}
+        for entry in tasks.values():
+            entry.update(no_history())
         for t, hist in self.attempt_history(job).items():
             tasks.setdefault(t, {"task": t, "attempt": None, "app_attempt": None, "files": 0, "rows": 0,
                                  "bytes": 0, "current": False}).update(hist)
@@ -64,7 +66,7 @@ class JobStatus:
 
     def attempt_history(self, job: JobRecord, winners: Mapping[tuple[int, int], int] | None = None
                         ) -> dict[int, dict[str, list[str]]]:
-        """Per task, the attempts that failed, were denied, or are unfinished (``<app>.<try>``).
+        """Per task that has one, the attempts that failed, were denied, or are unfinished (``<app>.<try>``).
 
         ``failed``: recorded failed (aborted, fenced by a newer try, removed by the teardown); ``denied``: claimed
         its commit and lost to another attempt; ``unfinished``: set up, with no fate yet (running, or killed and
@@ -77,12 +79,9 @@ class JobStatus:
             winners = {(a, rec.task): rec.attempt for a in apps for rec in self.job.app_records(a, job.job_uuid)
                        if not rec.adopted}
         for a in apps:
-            known = {(t, at): COMMITTING for (wa, t), at in winners.items() if wa == a}
-            for trace in self.job.ledger.traces(a, known=known):
-                hist = out.setdefault(trace.task, {"failed_attempts": [], "denied_attempts": [],
-                                                   "unfinished_attempts": []})
-                if winners.get((a, trace.task)) == trace.attempt:
-                    continue
+            won = {attempt_name(t, at) for (wa, t), at in winners.items() if wa == a}
+            for trace in self.job.ledger.traces(a, leave_out=won):
+                hist = out.setdefault(trace.task, no_history())
                 name = f"{a}.{trace.attempt}"
                 if trace.fate == FAILED:
                     hist["failed_attempts"].append(name)
@@ -91,3 +90,8 @@ class JobStatus:
                 else:
                     hist["unfinished_attempts"].append(name)
         return out
+
+
+def no_history() -> dict[str, list[str]]:
+    """A task's :meth:`JobStatus.attempt_history` entry when no attempt of it failed, was denied or is unfinished."""
+    return {"failed_attempts": [], "denied_attempts": [], "unfinished_attempts": []}
