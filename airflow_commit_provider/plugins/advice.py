@@ -56,16 +56,29 @@ def deterministic_failure(job: Mapping[str, Any], conn_id: str | None) -> Advice
         f"its files with `{command}` and start a new run."])
 
 
+def replaced(job: Mapping[str, Any]) -> str:
+    """What became of a run's generation that a later run of its ``job_key`` took over: the target holds the
+    later run's rows only once that run's generation committed."""
+    mine = f"This run's generation {job.get('generation')} of job {job.get('job_id')}"
+    newer, now = job["replaced_by"], job.get("replacing_state")
+    if job.get("state") != "committed":
+        return (f"{mine} was purged (nothing of it is left); {newer} of the same job_key is the job's current "
+                f"generation ({now}): its Commit status shows its tasks.")
+    if now == "committed":
+        return (f"{mine} committed, then was replaced by {newer} (the same job_key): the target holds that run's "
+                "rows now; its Commit status shows its tasks.")
+    return (f"{mine} committed; {newer} of the same job_key has started the job's next generation ({now}). Until "
+            "that one commits, the target holds this run's rows; its commit replaces them. Its Commit status shows "
+            "its tasks.")
+
+
 def advise(job: Mapping[str, Any], statuses: Sequence[tuple[int, str]], commit_ti: TaskInstanceRow | None,
            conn_id: str | None = None) -> Advice:
     """The stage's action, from its job state (``committer.status()`` as the view reads it), its tasks' statuses
     (``(task, status)``) and the commit task's Airflow state."""
     state = job.get("state")
     if job.get("replaced_by"):
-        return Advice("none", [
-            f"This run's generation {job.get('generation')} of job {job.get('job_id')} "
-            f"{'committed, then was' if state == 'committed' else 'was'} replaced by {job['replaced_by']} (the same "
-            "job_key): the target holds that run's rows now; its Commit status shows its tasks."])
+        return Advice("none", [replaced(job)])
     stuck = deterministic_failure(job, conn_id)
     if stuck is not None:
         return stuck
@@ -120,8 +133,12 @@ def advise(job: Mapping[str, Any], statuses: Sequence[tuple[int, str]], commit_t
             "this package and the storage's credentials."])
     if state == "refused":
         return Advice("fix_setup", [
-            "The stage's setup was refused for good (the error above; no retry or clear cures it as it is): fix what "
-            "it names, then clear the run (or trigger a new one); nothing of the stage was written."])
-    if state == "absent":
-        return Advice("wait", ["The stage's setup has not run yet in this run."])
+            "The stage's setup was refused for good (its error is below; no retry or clear cures it as it is): fix "
+            "what it names, then clear the run (or trigger a new one); nothing of the stage was written and its "
+            "write tasks never ran."])
+    if state == "purged":
+        return Advice("clear_run", [
+            "Nothing of this run's job is left in the target: it was purged (by the teardown of a stage with "
+            "purge_on_failure, `airflow-commit abort --purge` or `airflow-commit gc --apply`). Clear the whole DAG "
+            "run (or trigger a new one): its setup starts the job again and every task runs."])
     return Advice("none")
