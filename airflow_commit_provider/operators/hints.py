@@ -32,7 +32,10 @@ def purge_command(committer: FileOutputCommitter, conn_id: str | None) -> str:
 def abort_command(target: str, job_id: str, conn_id: str | None, purge: bool = True) -> str:
     """The ``airflow-commit abort`` line for job *job_id* at *target* (a URL; ``--purge``: its committed tasks go
     too), quoted for a shell."""
-    words = ["airflow-commit", "abort", target, "--job", job_id, *(["--purge"] if purge else [])]
-    if conn_id:
-        words += ["--conn-id", conn_id]
-    return shlex.join(words)
+    return cli_command("abort", target, conn_id, "--job", job_id, *(["--purge"] if purge else []))
+
+
+def cli_command(command: str, target: str, conn_id: str | None, *options: str) -> str:
+    """An ``airflow-commit`` line (:mod:`..cli`), quoted for a shell, with the connection that reaches *target*:
+    a line printed without it fails on a remote target when followed as printed."""
+    return shlex.join(["airflow-commit", command, target, *options, *(["--conn-id", conn_id] if conn_id else [])])
