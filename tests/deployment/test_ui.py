@@ -250,6 +250,8 @@ def test_committed_stage(browser, deployment, committed_run, theme):
         _shoot(page, "column-help-light")
         page.keyboard.press("Escape")
     page.click("[data-testid=help] button")
+    # the panel fades in: axe-core read its text mid-animation at 4.49:1 (light) and 1.22:1 (dark); wait it out
+    page.wait_for_function("document.querySelector('[data-testid=help]').getAnimations({subtree: true}).length === 0")
     help_text = page.inner_text("[data-testid=help]")
     # the job commit stages the server lists (the protocol's one list), the table transaction included
     for term in ("attempt A.T", "failed attempts", "denied attempts", "unfinished attempts", "generation",
