@@ -41,6 +41,19 @@ def _numbers(ns: Sequence[int]) -> str:
     return "tasks " + ", ".join(map(str, ns[:-1])) + f" and {ns[-1]}"
 
 
+def _instances(ns: Sequence[int], shards: int) -> str:
+    """With *shards* per write task instance, which ones hold tasks *ns* (what Airflow's grid shows and "clear"
+    acts on: shard ``s`` of map index ``i`` is task ``i * shards + s``); nothing with one task per instance."""
+    if shards <= 1:
+        return ""
+    idx = sorted({n // shards for n in ns})
+    if len(idx) > 12:
+        return f" (in {len(idx)} write task instances)"
+    names = [f"[{i}]" for i in idx]
+    return f" (write task instance{'s' if len(idx) > 1 else ''} " + (
+        names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}") + ")"
+
+
 def deterministic_failure(job: Mapping[str, Any], conn_id: str | None) -> Advice | None:
     """The advice for a job whose last commit failed on an error no retry or clear cures, else ``None``."""
     failure = job.get("commit_failure")
@@ -73,9 +86,9 @@ def replaced(job: Mapping[str, Any]) -> str:
 
 
 def advise(job: Mapping[str, Any], statuses: Sequence[tuple[int, str]], commit_ti: TaskInstanceRow | None,
-           conn_id: str | None = None) -> Advice:
+           conn_id: str | None = None, shards: int = 1) -> Advice:
     """The stage's action, from its job state (``committer.status()`` as the view reads it), its tasks' statuses
-    (``(task, status)``) and the commit task's Airflow state."""
+    (``(task, status)``, *shards* per write task instance) and the commit task's Airflow state."""
     state = job.get("state")
     if job.get("replaced_by"):
         return Advice("none", [replaced(job)])
@@ -116,11 +129,13 @@ def advise(job: Mapping[str, Any], statuses: Sequence[tuple[int, str]], commit_t
         retrying = [n for n, s in statuses if s == "retrying"]
         steps = []
         if retrying:
-            steps.append(f"Airflow retries {_numbers(retrying)} by itself: the next try first records the failed one "
-                         f"failed, then writes and commits in application attempt {app}.")
+            steps.append(f"Airflow retries {_numbers(retrying)}{_instances(retrying, shards)} by itself: the next "
+                         f"try first records the failed one failed, then writes and commits in application attempt "
+                         f"{app}.")
         if failed:
             keep = f"; {_numbers(done)} stay committed and are not run again" if done else ""
-            steps.append(f"{_numbers(failed).capitalize()} failed with no try left. \"Clear only failed tasks\" "
+            steps.append(f"{_numbers(failed).capitalize()}{_instances(failed, shards)} failed with no try left. "
+                         "\"Clear only failed tasks\" "
                          f"re-runs {'it' if len(failed) == 1 else 'them'} in application attempt {app}{keep}; once "
                          "the teardown has run, clear the whole run instead (committed tasks are recovered).")
             return Advice("clear_failed_tasks", steps)

@@ -272,6 +272,9 @@ def test_the_view_shows_the_shards_of_each_task_instance(tmp_path):
         (0, 0, 0, "committed"), (1, 0, 1, "committed"), (2, 0, 2, "committed"),
         (3, 1, 0, "committed"), (4, 1, 1, "committed"), (5, 1, 2, "failed")]
     assert "no attempt of this shard committed" in stage.rows[5].why
+    # the advice names the task instance to clear too: Airflow's grid shows map indexes, not shard numbers
+    assert stage.summary.next_steps[0].startswith("Task 5 (write task instance [1]) failed with no try left"), \
+        stage.summary.next_steps
     mine = stage.page("v", None, 0, 50, None, map_index=1)
     assert [r.task for r in mine.items] == [3, 4, 5]
     plain = _committer(tmp_path / "plain")

@@ -317,6 +317,7 @@ def test_a_failed_job_commit_names_its_stage_and_error(browser, deployment, fail
     stage = _stage(deployment, "ui_v1", "badcommit")
     assert command == next(w.split("`")[1] for w in stage["next_steps"] if "`" in w), command
     assert command.startswith("airflow-commit abort ") and "`" not in page.inner_text("[data-testid=next-steps]")
+    _accessible(page, f"commit-failure-{theme}")
     _shoot(page, f"commit-failure-{theme}")
     page.context.close()
 

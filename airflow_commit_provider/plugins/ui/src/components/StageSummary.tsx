@@ -22,7 +22,7 @@ const numbers = (ns: number[]): string => {
 const Step = ({ text }: { readonly text: string }) => (
   <Alert.Description>
     {text.split("`").map((part, i) => (i % 2
-      ? <Code data-testid="command" key={i} size="sm" whiteSpace="pre-wrap" wordBreak="break-all">{part}</Code>
+      ? <Code data-testid="command" key={i} overflowWrap="anywhere" size="sm" whiteSpace="pre-wrap">{part}</Code>
       : part))}
   </Alert.Description>
 );
@@ -68,7 +68,8 @@ export const StageSummary = ({ stage, zone, commitStages }: {
   return (
     <Box display="flex" flexDirection="column" gap="4">
       {stage.next_steps.length ? (
-        <Alert.Root data-testid="next-steps" status={stage.state === "failed" ? "warning" : "info"} variant="subtle">
+        <Alert.Root data-testid="next-steps" status={["failed", "refused", "purged"].includes(stage.state) ? "warning" : "info"}
+          variant="subtle">
           <Alert.Indicator />
           <Alert.Content>
             <Alert.Title>What to do</Alert.Title>
