@@ -383,7 +383,10 @@ class CommitSetupOperator(CommitBaseOperator):
         try:
             job = committer.setup_job(run_finished=run_finished(context))
         except OverlappingRun as exc:
-            raise OverlappingRun(f"{exc} The command: {purge_command(committer, self.conn_id)}",
+            # that run has not ended in Airflow's eyes, so the command needs --force (cli/live.py); marking the run
+            # failed in Airflow instead lets its teardown abort the job
+            raise OverlappingRun(f"{exc} The command (that run is live in Airflow's eyes: only once its workers are "
+                                 f"gone for good): {purge_command(committer, self.conn_id, force=True)}",
                                  exc.owner, exc.app_attempt) from exc
         setup = SetupContext.from_job(job, job_name=self._job_name(), target=committer.store.url(),
                                       conn_id=self.conn_id, algorithm=committer.algorithm_name,

@@ -35,10 +35,13 @@ class JobStatus:
             if success is not None and success.get("job_uuid") == log.job_uuid:
                 doc.update(durations=success["durations"], diagnostics=success["diagnostics"])
             return {"state": "committed", **doc}
-        apps = scope.app_attempts(job)
+        names = scope.store.list_dir(scope.layout.job_dir)
+        apps = scope.app_attempts(job, names)
         app = apps[0] if apps else job.first_app_attempt
         plan = scope.commit_plan(job)
         tasks: dict[int, dict[str, Any]] = {}
+        # a commit a job commit refused for good is not recovered by a clear: the task runs again (records.refused)
+        refused = scope.refused_tasks(job, names)
         for a in sorted(apps):
             for rec in scope.app_records(a, job.job_uuid):
                 if a == app or rec.task not in tasks:
@@ -47,7 +50,8 @@ class JobStatus:
                                        "committed_attempt": f"{rec.committed_in_app}.{rec.attempt}",
                                        "files": len(rec.files),
                                        "rows": sum(f.rows or 0 for f in rec.files),
-                                       "bytes": sum(f.size for f in rec.files), "current": a == app}
+                                       "bytes": sum(f.size for f in rec.files), "current": a == app,
+                                       **({"refused": refused.reason(rec.task)} if refused.refuses(rec) else {})}
         for entry in tasks.values():
             entry.update(no_history())
         for t, hist in self.attempt_history(job).items():

@@ -260,6 +260,8 @@ def test_committed_stage(browser, deployment, committed_run, theme):
         _shoot(page, "column-help-light")
         page.keyboard.press("Escape")
     page.click("[data-testid=help] button")
+    # the panel fades in: axe-core read its text mid-animation at 4.49:1 (light) and 1.22:1 (dark); wait it out
+    page.wait_for_function("document.querySelector('[data-testid=help]').getAnimations({subtree: true}).length === 0")
     help_text = page.inner_text("[data-testid=help]")
     # the job commit stages the server lists (the protocol's one list), the table transaction included
     for term in ("attempt A.T", "failed attempts", "denied attempts", "unfinished attempts", "generation",
@@ -318,6 +320,14 @@ def test_a_failed_job_commit_names_its_stage_and_error(browser, deployment, fail
     text = page.inner_text("[data-testid=commit-failure]")
     assert "in its plan stage: InvalidOutputSpec" in text, text
     assert "would replace existing file" in text and failed_commit["file"] in text, text
+    # every try fails the same way: the view says so (it said "the next commit resumes"), and gives the command
+    # that drops the job as code, whole and without the backticks of the API's sentence
+    assert "every try fails the same way" in text and "resumes" not in text, text
+    [command] = page.locator("[data-testid=next-steps] [data-testid=command]").all_inner_texts()
+    stage = _stage(deployment, "ui_v1", "badcommit")
+    assert command == next(w.split("`")[1] for w in stage["next_steps"] if "`" in w), command
+    assert command.startswith("airflow-commit abort ") and "`" not in page.inner_text("[data-testid=next-steps]")
+    _accessible(page, f"commit-failure-{theme}")
     _shoot(page, f"commit-failure-{theme}")
     page.context.close()
 
