@@ -327,6 +327,14 @@ def test_a_failed_job_commit_names_its_stage_and_error(browser, deployment, fail
     stage = _stage(deployment, "ui_v1", "badcommit")
     assert command == next(w.split("`")[1] for w in stage["next_steps"] if "`" in w), command
     assert command.startswith("airflow-commit abort ") and "`" not in page.inner_text("[data-testid=next-steps]")
+    # its options are never broken at their hyphens (the trial's screenshot showed '--' at a line's end and 'purge'
+    # on the next), in a box too narrow for the whole command
+    page.set_viewport_size({"width": 700, "height": 1100})
+    options = page.evaluate("""() => [...document.querySelectorAll('[data-testid=next-steps] [data-testid=command] span')]
+        .filter(s => s.textContent.startsWith('-')).map(s => [s.textContent, s.getClientRects().length])""")
+    assert page.locator("[data-testid=next-steps] [data-testid=command]").inner_text() == command  # unchanged
+    assert ["--purge", 1] in options and all(lines == 1 for _, lines in options), options
+    page.set_viewport_size({"width": 1440, "height": 1100})
     _accessible(page, f"commit-failure-{theme}")
     _shoot(page, f"commit-failure-{theme}")
     page.context.close()

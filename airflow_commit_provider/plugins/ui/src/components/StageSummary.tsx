@@ -1,6 +1,7 @@
 // A stage's summary, first on the page: state, what to do next, counts per status, progress while it writes,
 // totals, and the job commit's stages.
 import { Alert, Badge, Box, Code, DataList, HStack, Heading, Progress, Stat, Text } from "@chakra-ui/react";
+import { Fragment } from "react";
 
 import type { CommitStageName, Stage } from "../api";
 import { formatBytes, formatNumber } from "../format";
@@ -18,11 +19,28 @@ const numbers = (ns: number[]): string => {
   return `tasks ${ns.slice(0, -1).join(", ")} and ${ns[ns.length - 1]}`;
 };
 
+/** A command's words, an option (``--purge``) never broken at its hyphens: browsers break lines after a hyphen,
+ * which showed ``--`` at a line's end and ``purge`` on the next. Long paths may still wrap anywhere. */
+const CommandWords = ({ command }: { readonly command: string }) => (
+  <span>{/* one item of the Code box (a flex box): the words flow and wrap as text inside it */}
+    {command.split(" ").map((word, i) => (
+      <Fragment key={i}>
+        {i ? " " : ""}
+        {word.startsWith("-") ? <span style={{ whiteSpace: "nowrap" }}>{word}</span> : word}
+      </Fragment>
+    ))}
+  </span>
+);
+
 /** A sentence of advice with its `commands` set as code: selectable whole, without the backticks around them. */
 const Step = ({ text }: { readonly text: string }) => (
   <Alert.Description>
     {text.split("`").map((part, i) => (i % 2
-      ? <Code data-testid="command" key={i} overflowWrap="anywhere" size="sm" whiteSpace="pre-wrap">{part}</Code>
+      ? (
+        <Code data-testid="command" key={i} overflowWrap="anywhere" size="sm" whiteSpace="pre-wrap">
+          <CommandWords command={part} />
+        </Code>
+      )
       : part))}
   </Alert.Description>
 );
