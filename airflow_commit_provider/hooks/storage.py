@@ -1,11 +1,14 @@
 """Resolve an output root (path, URL or ObjectStoragePath) and an Airflow connection into a protocol store.
 
 S3 goes through the Amazon provider's connection (``ObjectStoragePath(url, conn_id=...)``), so credentials and
-``endpoint_url`` come from the connection and never from task arguments, logs or manifests.
+``endpoint_url`` come from the connection and never from task arguments, logs or manifests. Google Cloud Storage
+reads a ``google_cloud_platform`` connection's extra itself (:func:`gcs_options`), so it needs gcsfs and not the
+Google provider and its dependencies.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from airflow.sdk import BaseHook, ObjectStoragePath
@@ -13,6 +16,7 @@ from airflow.sdk import BaseHook, ObjectStoragePath
 from ..protocol import CommitConfig, FileOutputCommitter, InvalidOutputSpec, Store, store_for
 from ..protocol.layout import COMMITS
 from ..protocol.paths import split_partition_suffix
+from ..protocol.stores import GCS_SCHEMES, target_scheme
 from ..protocol.tables import TableTarget
 from ..protocol.waiting import awaited_manifest
 
@@ -33,6 +37,8 @@ class CommitStorageHook(BaseHook):
             return self._from_object_storage(target, durable)
         if not isinstance(target, str) or not target.strip():
             raise InvalidOutputSpec(f"target must be a path, a URL or an ObjectStoragePath, got {target!r}")
+        if target_scheme(target) in GCS_SCHEMES:
+            return self._gcs_store(target, self.conn_id)
         if "://" in target and not target.startswith("file://"):
             return self._from_object_storage(ObjectStoragePath(target, conn_id=self.conn_id), durable)
         if self.conn_id:
@@ -119,8 +125,19 @@ class CommitStorageHook(BaseHook):
                 return store, part
         return None
 
+    def _gcs_store(self, target: str, conn_id: str | None) -> Store:
+        """A ``gs://`` target's store: credentials, project and endpoint from *conn_id*'s extra, or, without a
+        connection, gcsfs's own defaults (the machine's application default credentials)."""
+        options: dict[str, Any] = {}
+        if conn_id:
+            self._check_connection(conn_id)
+            options = gcs_options(BaseHook.get_connection(conn_id).extra_dejson)
+        return store_for(target, storage_options=options)
+
     def _from_object_storage(self, path: ObjectStoragePath, durable: bool = True) -> Store:
         conn_id = _conn_id_of(path) or self.conn_id
+        if (path.protocol or "") in GCS_SCHEMES:
+            return self._gcs_store(f"gs://{path.path}", conn_id)
         if conn_id:
             self._check_connection(conn_id)
             path = ObjectStoragePath(str(path), conn_id=conn_id)
@@ -146,6 +163,34 @@ class CommitStorageHook(BaseHook):
             if "not defined" in str(exc) or "NotFound" in type(exc).__name__:
                 raise InvalidOutputSpec(f"Airflow connection {conn_id!r} is not defined") from None
             raise
+
+
+def gcs_options(extra: dict[str, Any]) -> dict[str, Any]:
+    """gcsfs's options from a ``google_cloud_platform`` connection's extra (either spelling: ``project`` or
+    ``extra__google_cloud_platform__project``): ``keyfile_dict`` (a service account key, as JSON or a dict) or
+    ``key_path`` (a key file on every worker) as the token, else ``token`` (e.g. ``"anon"``, or ``"google_default"``),
+    else the machine's default credentials; ``project``; and ``endpoint_url`` (an emulator, a private endpoint).
+    The key itself goes to gcsfs only, never to a log or a manifest."""
+    def get(name: str) -> Any:
+        value = extra.get(name, extra.get(f"extra__google_cloud_platform__{name}"))
+        return value if value not in ("", None) else None
+
+    options: dict[str, Any] = {}
+    keyfile = get("keyfile_dict")
+    if keyfile is not None:
+        try:
+            options["token"] = json.loads(keyfile) if isinstance(keyfile, str) else dict(keyfile)
+        except (TypeError, ValueError):
+            raise InvalidOutputSpec("the connection's keyfile_dict is not a JSON object (a service account key); "
+                                    "give the key's JSON, or key_path") from None
+    elif get("key_path") is not None:
+        options["token"] = get("key_path")
+    elif get("token") is not None:
+        options["token"] = get("token")
+    for name in ("project", "endpoint_url"):
+        if get(name) is not None:
+            options[name] = get(name)
+    return options
 
 
 def _redact(path: ObjectStoragePath) -> str:

@@ -12,7 +12,6 @@ from ..errors import InvalidOutputSpec, StorageCapabilityError
 from ..paths import is_hidden
 from .base import Store
 
-
 _memory_lock = threading.Lock()
 
 
@@ -64,7 +63,7 @@ class FsspecStore(Store):
                 return
         raise StorageCapabilityError(
             f"{self.url()} ({type(self.fs).__name__}) offers no atomic create-if-absent, so commit coordination "
-            "cannot be guaranteed on it; supported: local disk, S3, memory")
+            "cannot be guaranteed on it; supported: local disk, S3, Google Cloud Storage, memory")
 
     def makedirs(self, rel: str) -> None:
         path = self._p(rel)
