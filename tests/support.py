@@ -1,5 +1,5 @@
-"""Helpers shared by the tests, the fault matrix and the benchmarks: free ports, moto's S3 server and
-fake-gcs-server, worker processes paused at a fault point, a copy of the checkout to build the package from, and
+"""Helpers shared by the tests, the fault matrix and the benchmarks: free ports, moto's S3 server, fake-gcs-server
+and Azurite, worker processes paused at a fault point, a copy of the checkout to build the package from, and
 Debian packages installed on demand."""
 
 from __future__ import annotations
@@ -90,6 +90,49 @@ def start_fake_gcs(env: dict[str, str] | None = None, log: Path | None = None) -
         # emulator does not serve: each bucket's first call would wait 60 s (the store itself uses the core class)
         env.update({"STORAGE_EMULATOR_HOST": url, "FSSPEC_GS_TOKEN": "anon", "GOOGLE_CLOUD_PROJECT": "test",
                     "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"})
+    return proc, url
+
+
+#: Azurite, the Azure Storage emulator, from the npm registry (node is on the machines; CI starts without it)
+AZURITE_VERSION = "3.37.0"
+#: Azurite's well-known development account (public, in Microsoft's documentation: not a secret)
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def azurite_binary() -> Path:
+    """``azurite-blob``, installed once per machine with npm into a cache directory (about 25 s), a file lock
+    making the xdist workers take turns; a failed install is an error, never a skip."""
+    home = Path(os.environ.get("COMMIT_AZURITE_HOME", Path.home() / ".cache" / "airflow-commit-provider"))
+    prefix = home / f"azurite-{AZURITE_VERSION}"
+    binary = prefix / "node_modules" / ".bin" / "azurite-blob"
+    prefix.mkdir(parents=True, exist_ok=True)
+    with open(prefix / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (prefix / ".complete").exists():
+            done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix),
+                                   f"azurite@{AZURITE_VERSION}"], capture_output=True, text=True, timeout=900)
+            if done.returncode != 0 or not binary.exists():
+                raise RuntimeError(f"npm could not install azurite@{AZURITE_VERSION}: {done.stderr[-2000:]}")
+            (prefix / ".complete").touch()
+    return binary
+
+
+def azurite_connection_string(url: str) -> str:
+    return (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+            f"BlobEndpoint={url}/{AZURITE_ACCOUNT};")
+
+
+def start_azurite(env: dict[str, str] | None = None, log: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """Azurite's blob service (in memory) on a free 127.0.0.1 port, answering; returns the process and its URL.
+    With *env*, the environment gets ``AZURE_STORAGE_CONNECTION_STRING`` (adlfs reads it), so worker processes
+    find it too."""
+    binary = str(azurite_binary())
+    proc, url = serve(lambda port: [binary, "--inMemoryPersistence", "--blobHost", "127.0.0.1", "--blobPort",
+                                    str(port), "--skipApiVersionCheck", "--loose", "--silent"],
+                      f"/{AZURITE_ACCOUNT}?comp=list", log)
+    if env is not None:
+        env["AZURE_STORAGE_CONNECTION_STRING"] = azurite_connection_string(url)
     return proc, url
 
 

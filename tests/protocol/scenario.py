@@ -128,6 +128,11 @@ def _fs(root: str) -> tuple[Any, str]:
 
         fs = gcs_filesystem({"use_listings_cache": False})
         return fs, fs._strip_protocol(root)
+    if root.startswith(("abfs://", "az://")):
+        from airflow_commit_provider.protocol.stores.azure import azure_filesystem
+
+        fs = azure_filesystem({"use_listings_cache": False})
+        return fs, fs._strip_protocol(root)
     return fsspec.core.url_to_fs(root)
 
 

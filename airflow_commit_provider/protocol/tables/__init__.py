@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InvalidOutputSpec
-from ..stores import GCS_SCHEMES, process_local, target_scheme
+from ..stores import AZURE_SCHEMES, GCS_SCHEMES, process_local, target_scheme
 from .common import FORMATS, DataFile, GenerationSuperseded, JobTag, SchemaMismatch, TableCommit, TableTarget
 
 
@@ -49,14 +49,13 @@ def table_target(table_format: str, location: str | None = None, *, table_name: 
 
 
 def check_table_location(table_format: str, location: Any) -> None:
-    """Tables live on a local disk or S3: on Google Cloud Storage the format library would write the table's log
-    with credentials of its own, not the connection's the stage's files go through (only S3's are handed to
-    delta-rs and pyiceberg), so a table there is refused before anything is made."""
-    if target_scheme(location) in GCS_SCHEMES:
+    """Tables live on a local disk or S3: on Google Cloud Storage or Azure the format library would write the
+    table's log with credentials of its own, not the connection's the stage's files go through (only S3's are
+    handed to delta-rs and pyiceberg), so a table there is refused before anything is made."""
+    if target_scheme(location) in GCS_SCHEMES + AZURE_SCHEMES:
         raise InvalidOutputSpec(
             f"a {table_format} table on {location!r} is not supported: tables are committed on a local path or on "
-            f"s3://bucket/prefix. On Google Cloud Storage write a directory of files (no table_format), which "
-            f"commits exactly once there")
+            f"s3://bucket/prefix. There write a directory of files (no table_format), which commits exactly once")
 
 
 def _memory_table(table_format: str, where: Any) -> InvalidOutputSpec:

@@ -1,7 +1,8 @@
-"""A stage on Google Cloud Storage (fake-gcs-server, reached only through the Airflow connection ``commit_gcs``:
-endpoint, project and token in its extra), run by ``tests/gcs/test_gcs_airflow.py``.
+"""Stages on an object store beside S3 (Google Cloud Storage or Azure Blob Storage on their emulators), reached only
+through an Airflow connection, run by ``tests/clouds/test_clouds_airflow.py``.
 
-The bucket is ``COMMIT_TEST_GCS_BUCKET`` (read when the file is imported: the test sets it, then imports). Every
+The targets are under ``COMMIT_TEST_CLOUD_ROOT`` (``gs://<bucket>`` or ``abfs://<container>``) through the
+connection ``COMMIT_TEST_CLOUD_CONN`` (read when the file is imported: the test sets both, then imports). Every
 call of the user callable is appended to ``calls.log`` in ``COMMIT_TEST_WORK`` as ``<dag_id> <shard> <try>``;
 ``fail-<dag_id>-<shard>-<try>`` there makes that try fail after building its rows.
 """
@@ -14,7 +15,10 @@ from datetime import datetime, timedelta
 import pyarrow as pa
 from airflow.sdk import DAG, task
 
-BUCKET = os.environ.get("COMMIT_TEST_GCS_BUCKET", "commit-test")
+ROOT = os.environ.get("COMMIT_TEST_CLOUD_ROOT", "gs://commit-test")
+CONN_ID = os.environ.get("COMMIT_TEST_CLOUD_CONN", "commit_gcs")
+#: the DAG ids start with the store's name: runs on each store are runs of DAGs of their own
+CLOUD = {"gs": "gcs", "abfs": "azure"}[ROOT.split("://", 1)[0]]
 WORK = os.environ.get("COMMIT_TEST_WORK", "/tmp/commit-test-work")
 SHARDS, ROWS = 3, 10
 
@@ -35,7 +39,7 @@ def _stage(dag_id: str, algorithm: int, **stage: object) -> DAG:
              tags=["airflow-commit-provider-tests"]) as dag:
         if stage.get("shards_per_task"):
             # one task instance of SHARDS shards: a retry runs only the shards that did not commit
-            @task.commit_stage(target=f"gs://{BUCKET}/{dag_id}", conn_id="commit_gcs", algorithm=algorithm,
+            @task.commit_stage(target=f"{ROOT}/{dag_id}", conn_id=CONN_ID, algorithm=algorithm,
                                mode="overwrite", **stage)
             def load_shards(shard_index: int, ti=None) -> pa.Table:
                 return shard_rows(shard_index, ti)
@@ -43,7 +47,7 @@ def _stage(dag_id: str, algorithm: int, **stage: object) -> DAG:
             load_shards()
             return dag
 
-        @task.commit_stage(target=f"gs://{BUCKET}/{dag_id}", conn_id="commit_gcs", algorithm=algorithm,
+        @task.commit_stage(target=f"{ROOT}/{dag_id}", conn_id=CONN_ID, algorithm=algorithm,
                            ensure_target=True, **{"mode": "overwrite", **stage})
         def load(shard: int, ti=None) -> pa.Table:
             return shard_rows(shard, ti)
@@ -52,8 +56,8 @@ def _stage(dag_id: str, algorithm: int, **stage: object) -> DAG:
     return dag
 
 
-gcs_v1 = _stage("gcs_v1", 1)
-gcs_v2 = _stage("gcs_v2", 2)
-gcs_shards = _stage("gcs_shards", 1, shards_per_task=SHARDS)
+v1 = _stage(f"{CLOUD}_v1", 1)
+v2 = _stage(f"{CLOUD}_v2", 2)
+shards = _stage(f"{CLOUD}_shards", 1, shards_per_task=SHARDS)
 # every run whose conf names one key is one job: a second run replaces the first's rows
-gcs_keyed = _stage("gcs_keyed", 1, mode="append", job_key="{{ dag_run.conf['key'] }}")
+keyed = _stage(f"{CLOUD}_keyed", 1, mode="append", job_key="{{ dag_run.conf['key'] }}")
