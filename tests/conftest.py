@@ -106,8 +106,8 @@ def _no_faults_leak() -> None:
 #: tier (in-process, seconds); ``pytest --tier all -n 2`` runs every tier (what CI runs); ``--tier s3,airflow`` some.
 #: Paths or node ids named on the command line run whatever tier they are in.
 TIERS = ("unit", "heavy", "s3", "airflow", "system")
-_TIER_OF_DIR = {"s3": "s3", "airflow": "airflow", "deployment": "system", "compat": "system", "packaging": "system",
-                "powercut": "system"}
+_TIER_OF_DIR = {"s3": "s3", "clouds": "s3", "airflow": "airflow", "deployment": "system", "compat": "system",
+                "packaging": "system", "powercut": "system"}
 _HEAVY_PROTOCOL_MODULES = {
     "test_tables", "test_marker_reads", "test_lifecycle_schedules", "test_crash_matrix", "test_shards",
     "test_compaction_tables", "test_lifecycle_seams", "test_lifecycle_processes", "test_races", "test_error_claim",

@@ -1,12 +1,14 @@
 """The fault-injection matrix as one command: ``python -m tests.fault_matrix [--quick]``.
 
-Every injection point x algorithm x file system (local disk; S3 on moto's server, started here on 127.0.0.1) x kill
-style (``os._exit`` and SIGKILL of the worker process), and a Delta and an Iceberg table (local disk; job commit
-points and the table transaction's own, ``--no-tables`` leaves them out: ``tests/protocol/test_tables.py``). Each cell: an earlier application attempt committed two
-tasks; a worker process runs a whole application attempt and is killed at the point; the job is then recovered as
-Airflow would (a DAG-run clear for ``exit``, "clear only failed" for ``kill``); the output is read back with pyarrow
-row by row (nothing lost, nothing duplicated, old data replaced as overwrite says), and no ``_temporary`` and no
-pending multipart upload may remain. Prints the matrix and the pass count; exits non-zero on any failure.
+Every injection point x algorithm x file system (local disk; S3 on moto's server, Google Cloud Storage on
+fake-gcs-server and Azure Blob Storage on Azurite, started here on 127.0.0.1) x kill style (``os._exit`` and SIGKILL
+of the worker process), and a Delta and an Iceberg table (local disk; job commit points and the table transaction's
+own, ``--no-tables`` leaves them out: ``tests/protocol/test_tables.py``). Each cell: an earlier application attempt
+committed two tasks; a worker process runs a whole application attempt and is killed at the point; the job is then
+recovered as Airflow would (a DAG-run clear for ``exit``, "clear only failed" for ``kill``); the output is read back
+with pyarrow row by row (nothing lost, nothing duplicated, old data replaced as overwrite says), and no
+``_temporary`` and no pending multipart upload may remain. Prints the matrix and the pass count; exits non-zero on
+any failure.
 
 Then the same for a task instance of several shards (``shards_per_task``, ``tests/protocol/shard_scenario.py``):
 every task-side point x file system x kill style, the worker running one try of a task instance of 4 shards,
@@ -19,7 +21,8 @@ output must hold every row once and its ``_SUCCESS`` the verdict of the audit th
 
 CI runs the same cells through pytest (``tests/protocol/test_crash_matrix.py``, ``tests/s3/test_s3.py``,
 ``tests/protocol/test_audit_faults.py``); this command is the full cross product. ``--quick`` keeps the local file
-system only; ``--only task``, ``--only shards`` or ``--only audit`` runs one of the three matrices.
+system only, ``--stores azure,gcs`` the ones named; ``--only task``, ``--only shards`` or ``--only audit`` runs one
+of the three matrices.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from airflow_commit_provider.protocol.faults import FAULT_EXIT_CODE  # noqa: E40
 from tests.protocol import scenario as sc  # noqa: E402
 from tests.protocol import shard_scenario as ss  # noqa: E402
 from tests.protocol.test_crash_matrix import MIDWAY, spawn  # noqa: E402
-from tests.support import start_moto  # noqa: E402
+from tests.support import start_azurite, start_fake_gcs, start_moto  # noqa: E402
 
 POINTS = [p for p in faults.POINTS if not p.startswith("abort_job.")] + list(faults.TABLE_POINTS)
 #: the points a job commit into a table reaches (its task side is the files' own): the other rows are "-" there
@@ -80,6 +83,13 @@ def run_table_cell(fmt: str, point: str, kill: str, base: str) -> str:
 def new_root(fs: str, base: str) -> str:
     if fs == "local":
         return os.path.join(base, uuid.uuid4().hex)
+    if fs in ("gcs", "azure"):
+        from airflow_commit_provider.protocol.stores.azure import azure_filesystem
+        from airflow_commit_provider.protocol.stores.gcs import gcs_filesystem
+
+        bucket = f"m-{uuid.uuid4().hex[:16]}"
+        (gcs_filesystem() if fs == "gcs" else azure_filesystem()).mkdir(bucket)
+        return f"{'gs' if fs == 'gcs' else 'abfs'}://{bucket}/table"
     import boto3
 
     bucket = f"m-{uuid.uuid4().hex[:16]}"
@@ -154,16 +164,28 @@ def run_cell(fs: str, algorithm, point: str, kill: str, base: str, *, audit: boo
         shutil.rmtree(work, ignore_errors=True)
 
 
+#: the file systems of the matrix and the algorithms each runs
+STORES: dict[str, tuple] = {"local": (1, 2), "s3": (1, 2, "magic"), "gcs": (1, 2), "azure": (1, 2)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="local file system only")
     parser.add_argument("--only", choices=("task", "shards", "audit"), help="one of the three matrices")
     parser.add_argument("--no-tables", action="store_true", help="no Delta and Iceberg columns")
+    parser.add_argument("--stores", type=lambda v: v.split(","), default=list(STORES),
+                        help=f"comma-separated file systems of {', '.join(STORES)} (default: all)")
     args = parser.parse_args()
-    columns = [("local", 1), ("local", 2)] + ([] if args.quick else [("s3", 1), ("s3", 2), ("s3", "magic")])
+    unknown = sorted(set(args.stores) - set(STORES))
+    if unknown:
+        parser.error(f"unknown store(s) {unknown}: give some of {', '.join(STORES)}")
+    stores = ["local"] if args.quick else args.stores
+    columns = [(fs, alg) for fs in stores for alg in STORES[fs]]
     if not args.no_tables:
         columns += [("table", "delta"), ("table", "iceberg")]
-    moto = None if args.quick else start_moto(os.environ)[0]
+    moto = start_moto(os.environ)[0] if "s3" in stores else None
+    fake_gcs = start_fake_gcs(os.environ)[0] if "gcs" in stores else None
+    azurite = start_azurite(os.environ)[0] if "azure" in stores else None
     base = tempfile.mkdtemp(prefix="fault-matrix-")
     results: dict[tuple, str] = {}
     matrices = [(m, p, c) for m, p, c in (("task", POINTS, run_cell), ("shards", ss.SHARD_POINTS, run_shard_cell),
@@ -184,8 +206,9 @@ def main() -> int:
                         results[(matrix, point, fs, alg, kill)] = outcome
     finally:
         shutil.rmtree(base, ignore_errors=True)
-        if moto is not None:
-            moto.terminate()
+        for server in (moto, fake_gcs, azurite):
+            if server is not None:
+                server.terminate()
     heads = [f"{fs} {'v' + str(alg) if isinstance(alg, int) else alg} {kill}" for fs, alg in columns
              for kill in ("exit", "kill")]
     width = max(map(len, POINTS))

@@ -8,6 +8,9 @@
 - ``--s3 N``: N schedules on S3, moto's server over HTTP on 127.0.0.1 (started here, as tests/s3/conftest.py
   does), algorithms 1, 2 and magic, ``--s3-steps`` steps each (default 16: a step costs ~90-150 ms there, and
   1,000 schedules should take no more than ~40 minutes);
+- ``--gcs N`` / ``--azure N``: N schedules on Google Cloud Storage (fake-gcs-server) / Azure Blob Storage
+  (Azurite), over HTTP on 127.0.0.1 (started here, as tests/clouds/conftest.py does), algorithms 1 and 2,
+  ``--s3-steps`` steps each;
 - ``--delta N`` / ``--iceberg N``: N schedules whose target is a Delta table / an Iceberg table (SQL catalog on
   SQLite) on the local disk, algorithm 1, every mode, the job commit also killed at the table transaction's points;
   rows read back by the format's own reader after every step (``--table-steps`` steps each, default 30: a step
@@ -45,7 +48,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-PARTS = ("memory", "local", "s3", "processes", "shards", "delta", "iceberg")
+PARTS = ("memory", "local", "s3", "gcs", "azure", "processes", "shards", "delta", "iceberg")
 
 
 def run_chunk(part: str, first: int, count: int, steps: int, report_limit: int = 3) -> dict:
@@ -61,6 +64,13 @@ def run_chunk(part: str, first: int, count: int, steps: int, report_limit: int =
 
         bucket = f"lc-{uuid.uuid4().hex[:12]}"
         boto3.client("s3").create_bucket(Bucket=bucket)
+        kwargs["bucket"] = bucket
+    if part in ("gcs", "azure"):
+        from airflow_commit_provider.protocol.stores.azure import azure_filesystem
+        from airflow_commit_provider.protocol.stores.gcs import gcs_filesystem
+
+        bucket = f"lc-{uuid.uuid4().hex[:12]}"
+        (gcs_filesystem() if part == "gcs" else azure_filesystem()).mkdir(bucket)
         kwargs["bucket"] = bucket
     if part == "processes":
         from tests.protocol.test_lifecycle_processes import ProcessLifecycle
@@ -126,7 +136,9 @@ def main() -> int:
         sys.stdout.flush()
         os._exit(0)   # no interpreter teardown: pyarrow/s3fs threads have nothing left to do
 
-    steps = {"memory": args.steps, "local": args.steps, "s3": args.s3_steps, "processes": args.process_steps,
+    steps = {"memory": args.steps, "local": args.steps, "s3": args.s3_steps, "gcs": args.s3_steps,
+             "azure": args.s3_steps,
+             "processes": args.process_steps,
              "shards": args.shard_steps, "delta": args.table_steps, "iceberg": args.table_steps}
     by_part = [[(part, first, min(args.chunk, getattr(args, part) - (first - args.seed)), steps[part])
                 for first in range(args.seed, args.seed + getattr(args, part), args.chunk)] for part in PARTS]
@@ -134,7 +146,8 @@ def main() -> int:
     by_part.sort(key=lambda chunks: chunks[0][0] != "s3" if chunks else True)
     chunks = [c for group in itertools.zip_longest(*by_part) for c in group if c is not None]
     if not chunks:
-        parser.error("nothing to run: give --memory, --local, --s3, --processes, --shards, --delta and/or --iceberg")
+        parser.error("nothing to run: give --memory, --local, --s3, --gcs, --azure, --processes, --shards, --delta "
+                     "and/or --iceberg")
     env = dict(os.environ, PYTHONPATH=str(REPO))
     moto = None
     if args.s3:
@@ -142,6 +155,18 @@ def main() -> int:
 
         moto, url = start_moto(env)
         print(f"moto server at {url}", flush=True)
+    gcs = None
+    if args.gcs:
+        from tests.support import start_fake_gcs
+
+        gcs, url = start_fake_gcs(env)
+        print(f"fake-gcs-server at {url}", flush=True)
+    azurite = None
+    if args.azure:
+        from tests.support import start_azurite
+
+        azurite, url = start_azurite(env)
+        print(f"Azurite at {url}", flush=True)
     totals: dict[str, Counter] = {part: Counter() for part in PARTS}
     walls: dict[str, list[float]] = {}
     failures: list[dict] = []
@@ -182,8 +207,9 @@ def main() -> int:
     finally:
         for proc, _ in running:
             proc.kill()
-        if moto is not None:
-            moto.terminate()
+        for server in (moto, gcs, azurite):
+            if server is not None:
+                server.terminate()
     print(f"\n{'part':10}{'schedules':>10}{'steps':>10}{'busy s':>9}{'wall s':>9}  violations  known open")
     for part in PARTS:
         t = totals[part]

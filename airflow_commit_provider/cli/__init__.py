@@ -5,6 +5,7 @@ Hadoop ships a manifest printer and S3A a ``committer`` command; this is the sam
     airflow-commit inspect s3://bucket/events --conn-id aws_default    # jobs, generations, tasks, markers, uploads
     airflow-commit verify /data/events                                  # every _SUCCESS against the listing
     airflow-commit abort /data/events --job <job id> [--purge]          # the teardown's abort, or a full purge
+                                                                        # (refused while Airflow says its run is live)
     airflow-commit gc /data/events [--apply]                            # failed and finished jobs' leftovers
 
 The store comes from the same hook as the operators' (:class:`~..hooks.storage.CommitStorageHook`), so
@@ -21,8 +22,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ..operators.hints import cli_command
 from ..protocol import CommitProtocolError, Store
 from ..protocol import target as targets
+from .live import live_run_refusal
 
 #: exit codes: 0 done (``verify``: every marker valid), 1 ``verify`` found no marker or a false one, 2 refused
 OK, FOUND_PROBLEM, REFUSED = 0, 1, 2
@@ -48,6 +51,8 @@ def parser() -> argparse.ArgumentParser:
     abort.add_argument("--job", required=True, help="the job id (`inspect` lists them)")
     abort.add_argument("--purge", action="store_true", help="remove the committed tasks too: a clear of the run "
                                                            "then recomputes them")
+    abort.add_argument("--force", action="store_true", help="abort a running job although Airflow says its run is "
+                       "live, or cannot be asked (refused otherwise: it would fail the run's live tasks)")
     gc = command("gc", "list (dry run, the default) or remove with --apply what failed and finished jobs left "
                        "under _temporary; running jobs are never touched")
     gc.add_argument("--apply", action="store_true", help="remove it (each job through the protocol's purge)")
@@ -65,12 +70,22 @@ def store_of(target: str, conn_id: str | None) -> Store:
     return CommitStorageHook(conn_id).get_store(target)
 
 
+class Refused(Exception):
+    """A command refused before it changed anything, with the way on."""
+
+
+def command_line(args: argparse.Namespace, command: str, *options: str) -> str:
+    """The ``airflow-commit`` line for *command* on this target, with this connection (as given: a printed line
+    is followed as printed)."""
+    return cli_command(command, args.target, args.conn_id, *options)
+
+
 def run(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
     """(exit code, the JSON document, the text lines) of one command."""
     store = store_of(args.target, args.conn_id)
     if args.command == "inspect":
         found = targets.inspect(store)
-        return OK, found, targets.summary_lines(found)
+        return OK, found, targets.summary_lines(found, command_line(args, "gc", "--apply"))
     if args.command == "verify":
         result = targets.verify(store)
         lines = [f"{m['path']}: {'valid' if m['valid'] else 'INVALID: ' + str(m['problem'])}"
@@ -79,6 +94,14 @@ def run(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
             lines.append(f"no _SUCCESS under {result['output']}: no job has committed there")
         return (OK if result["ok"] else FOUND_PROBLEM), result, lines
     if args.command == "abort":
+        if args.job not in targets.job_ids(store):
+            raise Refused(f"{store.url()} has no job {args.job!r}; {command_line(args, 'inspect')} lists its jobs")
+        if not args.force:
+            found = targets.describe_job(store, args.job)
+            refusal = live_run_refusal(found, command_line(args, "abort", "--job", args.job,
+                                                           *(["--purge"] if args.purge else []), "--force"))
+            if refusal:
+                raise Refused(refusal)
         result = targets.abort(store, args.job, purge=args.purge)
         how = "purged" if args.purge else "aborted (committed tasks kept for a clear of the run)"
         verdict = how if result.get("aborted") else f"left alone: the job is {result.get('state')}"
@@ -91,6 +114,14 @@ def run(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
     return OK, plan, lines
 
 
+def remote_hint(args: argparse.Namespace) -> str:
+    """For a remote target read without a connection: where its endpoint and credentials come from."""
+    if args.conn_id or "://" not in args.target or args.target.startswith("file://"):
+        return ""
+    return (f". Without --conn-id the store's client uses this machine's environment alone; give the stage's "
+            f"connection: {command_line(args, args.command)} --conn-id <conn_id>")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     # Standard output carries the answer alone (``--json | jq`` works): Airflow's and boto's log lines, which
@@ -100,8 +131,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.dup2(2, 1)
     try:
         code, doc, lines = run(args)
-    except (CommitProtocolError, ValueError, OSError) as exc:
+    except (Refused, CommitProtocolError, ValueError, OSError) as exc:
         print(f"airflow-commit {args.command}: {exc}", file=sys.stderr)
+        return REFUSED
+    except Exception as exc:   # a store that cannot be reached (botocore's errors are no OSError): said, not traced
+        print(f"airflow-commit {args.command}: cannot read {args.target}: {type(exc).__name__}: {exc}"
+              f"{remote_hint(args)}", file=sys.stderr)
         return REFUSED
     finally:
         sys.stdout.flush()

@@ -1,18 +1,23 @@
 """Resolve an output root (path, URL or ObjectStoragePath) and an Airflow connection into a protocol store.
 
 S3 goes through the Amazon provider's connection (``ObjectStoragePath(url, conn_id=...)``), so credentials and
-``endpoint_url`` come from the connection and never from task arguments, logs or manifests.
+``endpoint_url`` come from the connection and never from task arguments, logs or manifests. Google Cloud Storage
+and Azure read their connections (``google_cloud_platform``: :func:`gcs_options`; ``wasb``: :func:`azure_options`)
+themselves, so they need gcsfs or adlfs, not the Google or Microsoft provider and their dependencies.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
+from urllib.parse import urlparse
 
 from airflow.sdk import BaseHook, ObjectStoragePath
 
 from ..protocol import CommitConfig, FileOutputCommitter, InvalidOutputSpec, Store, store_for
 from ..protocol.layout import COMMITS
 from ..protocol.paths import split_partition_suffix
+from ..protocol.stores import AZURE_SCHEMES, GCS_SCHEMES, target_scheme
 from ..protocol.tables import TableTarget
 from ..protocol.waiting import awaited_manifest
 
@@ -33,6 +38,8 @@ class CommitStorageHook(BaseHook):
             return self._from_object_storage(target, durable)
         if not isinstance(target, str) or not target.strip():
             raise InvalidOutputSpec(f"target must be a path, a URL or an ObjectStoragePath, got {target!r}")
+        if target_scheme(target) in GCS_SCHEMES + AZURE_SCHEMES:
+            return self._cloud_store(target, self.conn_id)
         if "://" in target and not target.startswith("file://"):
             return self._from_object_storage(ObjectStoragePath(target, conn_id=self.conn_id), durable)
         if self.conn_id:
@@ -119,8 +126,27 @@ class CommitStorageHook(BaseHook):
                 return store, part
         return None
 
+    def _cloud_store(self, target: str, conn_id: str | None) -> Store:
+        """A ``gs://`` or ``abfs://`` target's store: credentials (and project, endpoint) from *conn_id*, or,
+        without a connection, the client library's own defaults (the machine's identity)."""
+        options: dict[str, Any] = {}
+        if conn_id:
+            self._check_connection(conn_id)
+            conn = BaseHook.get_connection(conn_id)
+            gcs = target_scheme(target) in GCS_SCHEMES
+            kinds = GCS_CONN_TYPES if gcs else AZURE_CONN_TYPES
+            if conn.conn_type and conn.conn_type not in kinds:
+                raise InvalidOutputSpec(f"connection {conn_id!r} is of type {conn.conn_type!r}; a "
+                                        f"{target_scheme(target)}:// target needs one of type "
+                                        f"{' or '.join(map(repr, kinds))}")
+            options = gcs_options(conn.extra_dejson) if gcs else \
+                azure_options(conn.conn_type, conn.host, conn.login, conn.password, conn.extra_dejson)
+        return store_for(target, storage_options=options)
+
     def _from_object_storage(self, path: ObjectStoragePath, durable: bool = True) -> Store:
         conn_id = _conn_id_of(path) or self.conn_id
+        if (path.protocol or "") in GCS_SCHEMES + AZURE_SCHEMES:
+            return self._cloud_store(f"{path.protocol}://{path.path}", conn_id)
         if conn_id:
             self._check_connection(conn_id)
             path = ObjectStoragePath(str(path), conn_id=conn_id)
@@ -146,6 +172,77 @@ class CommitStorageHook(BaseHook):
             if "not defined" in str(exc) or "NotFound" in type(exc).__name__:
                 raise InvalidOutputSpec(f"Airflow connection {conn_id!r} is not defined") from None
             raise
+
+
+def gcs_options(extra: dict[str, Any]) -> dict[str, Any]:
+    """gcsfs's options from a ``google_cloud_platform`` connection's extra (either spelling: ``project`` or
+    ``extra__google_cloud_platform__project``): ``keyfile_dict`` (a service account key, as JSON or a dict) or
+    ``key_path`` (a key file on every worker) as the token, else ``token`` (e.g. ``"anon"``, or ``"google_default"``),
+    else the machine's default credentials; ``project``; and ``endpoint_url`` (an emulator, a private endpoint).
+    The key itself goes to gcsfs only, never to a log or a manifest."""
+    def get(name: str) -> Any:
+        value = extra.get(name, extra.get(f"extra__google_cloud_platform__{name}"))
+        return value if value not in ("", None) else None
+
+    options: dict[str, Any] = {}
+    keyfile = get("keyfile_dict")
+    if keyfile is not None:
+        try:
+            options["token"] = json.loads(keyfile) if isinstance(keyfile, str) else dict(keyfile)
+        except (TypeError, ValueError):
+            raise InvalidOutputSpec("the connection's keyfile_dict is not a JSON object (a service account key); "
+                                    "give the key's JSON, or key_path") from None
+    elif get("key_path") is not None:
+        options["token"] = get("key_path")
+    elif get("token") is not None:
+        options["token"] = get("token")
+    for name in ("project", "endpoint_url"):
+        if get(name) is not None:
+            options[name] = get(name)
+    return options
+
+
+#: the connection types whose fields :func:`gcs_options` and :func:`azure_options` know
+GCS_CONN_TYPES = ("google_cloud_platform",)
+AZURE_CONN_TYPES = ("wasb", "adls")
+#: the extra's fields that :func:`azure_options` lays over what the connection's fields gave (an empty value removes
+#: one), as Airflow's own ``abfs://`` file system reads them (the Microsoft Azure provider's ``fs/adls.py``)
+AZURE_EXTRA_FIELDS = ("account_name", "account_key", "sas_token", "tenant_id", "managed_identity_client_id",
+                      "workload_identity_client_id", "workload_identity_tenant_id", "anon", "account_host")
+
+
+def azure_options(conn_type: str | None, host: str | None, login: str | None, password: str | None,
+                  extra: dict[str, Any]) -> dict[str, Any]:
+    """adlfs's options from a ``wasb`` or ``adls`` connection, read the way Airflow's own ``abfs://`` file system
+    reads it (so one connection serves an ``ObjectStoragePath`` and this provider alike; the Microsoft Azure
+    provider need not be installed): the extra's ``connection_string`` alone if there is one; else the account (the
+    host's first label, or the login), with a ``tenant_id`` the login and password as a service principal, without
+    one the password as the account key; then the extra's :data:`AZURE_EXTRA_FIELDS` over those. Nothing given, adlfs
+    takes ``DefaultAzureCredential`` (a managed identity, workload identity on AKS). No key goes to a log."""
+    kind = conn_type or "wasb"
+
+    def get(name: str) -> Any:
+        return extra[name] if name in extra else extra.get(f"extra__{kind}__{name}")
+
+    if get("connection_string"):
+        return {"connection_string": get("connection_string")}
+    options: dict[str, Any] = {}
+    named = urlparse(host if host and "://" in host else f"//{host or ''}").hostname
+    from_host = named.split(".", 1)[0] if named else None
+    account = (from_host or login) if kind == "adls" else (from_host if "." in (host or "") else login or from_host)
+    if account:
+        options["account_name"] = account
+    if get("tenant_id"):
+        options.update({k: v for k, v in (("client_id", login), ("client_secret", password)) if v})
+    elif password:
+        options["account_key"] = password
+    for name in AZURE_EXTRA_FIELDS:
+        value = get(name)
+        if value == "":
+            options.pop(name, None)
+        elif value is not None:
+            options[name] = value
+    return options
 
 
 def _redact(path: ObjectStoragePath) -> str:

@@ -26,17 +26,25 @@ from airflow.sdk import BaseHook, BaseOperator
 
 from ..hooks.storage import CommitStorageHook
 from ..links.commit_status import CommitStatusLink, CommitTargetLink
-from ..protocol import (CommitConfig, CommitDenied, FileOutputCommitter, InvalidOutputSpec, JobAlreadyCommitted,
-                        OverlappingRun, run_task_attempt)
+from ..protocol import (
+    CommitConfig,
+    CommitDenied,
+    FileOutputCommitter,
+    InvalidOutputSpec,
+    JobAlreadyCommitted,
+    OverlappingRun,
+    run_task_attempt,
+)
 from ..protocol.config import check_threads, normalize_algorithm, partition_columns
 from ..protocol.modes import check_mode
 from ..protocol.stores import S3_SCHEMES, process_local, target_scheme
-from ..protocol.tables import FORMATS as TABLE_FORMATS, TableTarget, table_target
+from ..protocol.tables import FORMATS as TABLE_FORMATS
+from ..protocol.tables import TableTarget, check_table_location, table_target
 from .failures import DETERMINISTIC_ERRORS, AirflowFailException, fail_fast_on_deterministic_errors
+from .hints import leftover_hint, purge_command
 from .identity import job_names, make_job_id
 from .inputs import inputs_digest
 from .lineage import CommitLineageMixin
-from .hints import leftover_hint, purge_command
 from .overlap import run_finished, run_owner
 from .setup_context import REFUSED_KEY, SetupContext
 from .shards import check_job_shards, check_shard_callable, check_shards, run_shards
@@ -166,6 +174,11 @@ def _check_table_args(args: Mapping[str, Any], out: Mapping[str, Any],
         return
     if fmt not in TABLE_FORMATS:
         raise bad("table_format", f"use one of {', '.join(TABLE_FORMATS)}, or None for a directory of files")
+    if "target" in args:
+        try:
+            check_table_location(fmt, args["target"])
+        except InvalidOutputSpec as exc:
+            raise bad("table_format", str(exc)) from None
     if out.get("algorithm", 1) != 1:
         raise bad("algorithm", f"a {fmt} table is committed at job commit in one transaction: use algorithm 1")
     if fmt == "delta":
@@ -413,7 +426,10 @@ class CommitSetupOperator(CommitBaseOperator):
         try:
             job = committer.setup_job(run_finished=run_finished(context))
         except OverlappingRun as exc:
-            raise OverlappingRun(f"{exc} The command: {purge_command(committer, self.conn_id)}",
+            # that run has not ended in Airflow's eyes, so the command needs --force (cli/live.py); marking the run
+            # failed in Airflow instead lets its teardown abort the job
+            raise OverlappingRun(f"{exc} The command (that run is live in Airflow's eyes: only once its workers are "
+                                 f"gone for good): {purge_command(committer, self.conn_id, force=True)}",
                                  exc.owner, exc.app_attempt) from exc
         setup = SetupContext.from_job(job, job_name=self._job_name(), target=committer.store.url(),
                                       conn_id=self.conn_id, algorithm=committer.algorithm_name,

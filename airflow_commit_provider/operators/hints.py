@@ -24,15 +24,20 @@ def leftover_hint(committer: FileOutputCommitter, conn_id: str | None, target: A
             f"(purge_on_failure=True on the stage removes them at every failure)")
 
 
-def purge_command(committer: FileOutputCommitter, conn_id: str | None) -> str:
-    """The ``airflow-commit`` line that purges *committer*'s job (:mod:`..cli`), quoted for a shell."""
-    return abort_command(committer.store.url(), committer.job_id, conn_id)
+def purge_command(committer: FileOutputCommitter, conn_id: str | None, force: bool = False) -> str:
+    """The ``airflow-commit`` line that purges *committer*'s job (:mod:`..cli`), quoted for a shell (*force*: for
+    a job whose run Airflow still calls running, which the command refuses without it)."""
+    return abort_command(committer.store.url(), committer.job_id, conn_id, force=force)
 
 
-def abort_command(target: str, job_id: str, conn_id: str | None, purge: bool = True) -> str:
+def abort_command(target: str, job_id: str, conn_id: str | None, purge: bool = True, force: bool = False) -> str:
     """The ``airflow-commit abort`` line for job *job_id* at *target* (a URL; ``--purge``: its committed tasks go
     too), quoted for a shell."""
-    words = ["airflow-commit", "abort", target, "--job", job_id, *(["--purge"] if purge else [])]
-    if conn_id:
-        words += ["--conn-id", conn_id]
-    return shlex.join(words)
+    return cli_command("abort", target, conn_id, "--job", job_id, *(["--purge"] if purge else []),
+                       *(["--force"] if force else []))
+
+
+def cli_command(command: str, target: str, conn_id: str | None, *options: str) -> str:
+    """An ``airflow-commit`` line (:mod:`..cli`), quoted for a shell, with the connection that reaches *target*:
+    a line printed without it fails on a remote target when followed as printed."""
+    return shlex.join(["airflow-commit", command, target, *options, *(["--conn-id", conn_id] if conn_id else [])])

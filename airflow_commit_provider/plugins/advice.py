@@ -41,6 +41,19 @@ def _numbers(ns: Sequence[int]) -> str:
     return "tasks " + ", ".join(map(str, ns[:-1])) + f" and {ns[-1]}"
 
 
+def _instances(ns: Sequence[int], shards: int) -> str:
+    """With *shards* per write task instance, which ones hold tasks *ns* (what Airflow's grid shows and "clear"
+    acts on: shard ``s`` of map index ``i`` is task ``i * shards + s``); nothing with one task per instance."""
+    if shards <= 1:
+        return ""
+    idx = sorted({n // shards for n in ns})
+    if len(idx) > 12:
+        return f" (in {len(idx)} write task instances)"
+    names = [f"[{i}]" for i in idx]
+    return f" (write task instance{'s' if len(idx) > 1 else ''} " + (
+        names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}") + ")"
+
+
 def deterministic_failure(job: Mapping[str, Any], conn_id: str | None) -> Advice | None:
     """The advice for a job whose last commit failed on an error no retry or clear cures, else ``None``."""
     failure = job.get("commit_failure")
@@ -56,16 +69,29 @@ def deterministic_failure(job: Mapping[str, Any], conn_id: str | None) -> Advice
         f"its files with `{command}` and start a new run."])
 
 
+def replaced(job: Mapping[str, Any]) -> str:
+    """What became of a run's generation that a later run of its ``job_key`` took over: the target holds the
+    later run's rows only once that run's generation committed."""
+    mine = f"This run's generation {job.get('generation')} of job {job.get('job_id')}"
+    newer, now = job["replaced_by"], job.get("replacing_state")
+    if job.get("state") != "committed":
+        return (f"{mine} was purged (nothing of it is left); {newer} of the same job_key is the job's current "
+                f"generation ({now}): its Commit status shows its tasks.")
+    if now == "committed":
+        return (f"{mine} committed, then was replaced by {newer} (the same job_key): the target holds that run's "
+                "rows now; its Commit status shows its tasks.")
+    return (f"{mine} committed; {newer} of the same job_key has started the job's next generation ({now}). Until "
+            "that one commits, the target holds this run's rows; its commit replaces them. Its Commit status shows "
+            "its tasks.")
+
+
 def advise(job: Mapping[str, Any], statuses: Sequence[tuple[int, str]], commit_ti: TaskInstanceRow | None,
-           conn_id: str | None = None) -> Advice:
+           conn_id: str | None = None, shards: int = 1) -> Advice:
     """The stage's action, from its job state (``committer.status()`` as the view reads it), its tasks' statuses
-    (``(task, status)``) and the commit task's Airflow state."""
+    (``(task, status)``, *shards* per write task instance) and the commit task's Airflow state."""
     state = job.get("state")
     if job.get("replaced_by"):
-        return Advice("none", [
-            f"This run's generation {job.get('generation')} of job {job.get('job_id')} "
-            f"{'committed, then was' if state == 'committed' else 'was'} replaced by {job['replaced_by']} (the same "
-            "job_key): the target holds that run's rows now; its Commit status shows its tasks."])
+        return Advice("none", [replaced(job)])
     stuck = deterministic_failure(job, conn_id)
     if stuck is not None:
         return stuck
@@ -103,11 +129,13 @@ def advise(job: Mapping[str, Any], statuses: Sequence[tuple[int, str]], commit_t
         retrying = [n for n, s in statuses if s == "retrying"]
         steps = []
         if retrying:
-            steps.append(f"Airflow retries {_numbers(retrying)} by itself: the next try first records the failed one "
-                         f"failed, then writes and commits in application attempt {app}.")
+            steps.append(f"Airflow retries {_numbers(retrying)}{_instances(retrying, shards)} by itself: the next "
+                         f"try first records the failed one failed, then writes and commits in application attempt "
+                         f"{app}.")
         if failed:
             keep = f"; {_numbers(done)} stay committed and are not run again" if done else ""
-            steps.append(f"{_numbers(failed).capitalize()} failed with no try left. \"Clear only failed tasks\" "
+            steps.append(f"{_numbers(failed).capitalize()}{_instances(failed, shards)} failed with no try left. "
+                         "\"Clear only failed tasks\" "
                          f"re-runs {'it' if len(failed) == 1 else 'them'} in application attempt {app}{keep}; once "
                          "the teardown has run, clear the whole run instead (committed tasks are recovered).")
             return Advice("clear_failed_tasks", steps)
@@ -120,8 +148,12 @@ def advise(job: Mapping[str, Any], statuses: Sequence[tuple[int, str]], commit_t
             "this package and the storage's credentials."])
     if state == "refused":
         return Advice("fix_setup", [
-            "The stage's setup was refused for good (the error above; no retry or clear cures it as it is): fix what "
-            "it names, then clear the run (or trigger a new one); nothing of the stage was written."])
-    if state == "absent":
-        return Advice("wait", ["The stage's setup has not run yet in this run."])
+            "The stage's setup was refused for good (its error is below; no retry or clear cures it as it is): fix "
+            "what it names, then clear the run (or trigger a new one); nothing of the stage was written and its "
+            "write tasks never ran."])
+    if state == "purged":
+        return Advice("clear_run", [
+            "Nothing of this run's job is left in the target: it was purged (by the teardown of a stage with "
+            "purge_on_failure, `airflow-commit abort --purge` or `airflow-commit gc --apply`). Clear the whole DAG "
+            "run (or trigger a new one): its setup starts the job again and every task runs."])
     return Advice("none")

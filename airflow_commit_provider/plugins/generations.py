@@ -25,19 +25,25 @@ def run_generation(job: Mapping[str, Any], setup_job_uuid: str | None, setup_gen
     """*job* (``committer.status()``) as the run whose setup opened generation *setup_job_uuid* sees it: *job*
     itself while that generation is the job's current one (or the setup context does not say: an earlier
     release); else that generation as *commit_log* (read only then) keeps it, ``committed`` with its totals and
-    ``replaced_by`` naming the run and generation that replaced it, or ``absent`` when no record of it is left (the
-    job was purged since)."""
+    ``replaced_by`` naming the run and generation that replaced it (``replacing_state``: that generation's state;
+    until it commits the target still holds this one's files), or ``purged`` when no record of it is left.
+
+    The run's setup context names the job, so the setup ran: a job of which the storage keeps no record was
+    purged since (the teardown's ``purge_on_failure``, ``airflow-commit abort --purge`` or ``gc --apply``), never
+    one whose setup is still to come."""
+    if job.get("state") == "absent":
+        return {**job, "state": "purged", "job_uuid": setup_job_uuid, "generation": setup_generation}
     current = job.get("job_uuid")
     if not setup_job_uuid or current is None or current == setup_job_uuid:
         return dict(job)
     run_id = (job.get("labels") or {}).get("run_id")
     newer = f"generation {job.get('generation')}"
     doc = {**{k: job.get(k) for k in _KEPT}, "job_uuid": setup_job_uuid, "generation": setup_generation,
-           "replaced_by": f"run {run_id} ({newer})" if run_id else newer}
+           "replaced_by": f"run {run_id} ({newer})" if run_id else newer, "replacing_state": job.get("state")}
     log = commit_log()
     kept = [log.summary(), *log.history] if log is not None else []
     own = next((s for s in kept if s.get("job_uuid") == setup_job_uuid), None)
     if own is None:
-        return {**doc, "state": "absent"}
+        return {**doc, "state": "purged"}
     return {**doc, "state": "committed", "app_attempt": own.get("app_attempt"), "finished": own.get("finished"),
             "totals": own.get("totals")}

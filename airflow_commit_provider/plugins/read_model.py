@@ -19,9 +19,10 @@ from .advice import DONE, Action, advise
 from .airflow_state import RunSnapshot, TaskInstanceRow
 from .audit_view import AuditView, audit_view, blame_rows
 
-StageState = Literal["absent", "refused", "running", "committing", "committed", "failed", "unreadable"]
+#: ``purged``: the run's setup ran, and no record of its job is left; ``refused``: its setup was refused for good
+StageState = Literal["purged", "refused", "running", "committing", "committed", "failed", "unreadable"]
 TaskStatus = Literal["committed", "recovered", "kept", "withdrawn", "committing", "running", "retrying", "failed",
-                     "unfinished", "waiting"]
+                     "unfinished", "waiting", "refused"]
 #: Airflow task-instance states from which a try of the task can still follow (or is under way): a task in one of
 #: them is never shown ``failed``, whatever its earlier tries left.
 LIVE_TI_STATES = frozenset({"running", "queued", "scheduled", "deferred", "up_for_retry", "up_for_reschedule",
@@ -273,6 +274,8 @@ def task_rows(job: Mapping[str, Any], writes: Mapping[int, TaskInstanceRow], sha
         if aid is not None and "rows" not in t:
             t = {**t, **from_files.get(n, {"rows": None, "bytes": 0})}
         status, why = task_status(job, t, ti, aid, n in kept, shards, run_active)
+        if t.get("refused") and status != "refused":
+            aid = None   # its refused commit is not its output: a new try of it is under way
         claimed = list(t.get("denied_attempts") or [])
         out.append(TaskRow(task=n, map_index=map_index, shard=shard if shards > 1 else None, status=status, why=why,
                            airflow_state=ti.state if ti else None,
@@ -301,6 +304,13 @@ def task_status(job: Mapping[str, Any], t: Mapping[str, Any], ti: TaskInstanceRo
     ti_state = ti.state if ti else None
     failed = list(t.get("failed_attempts") or [])
     claimed = list(t.get("denied_attempts") or [])
+    live_ti = ti_state in LIVE_TI_STATES
+    if aid is not None and t.get("refused"):
+        if not (live_ti or (ti_state is None and run_active and state == "running")):
+            return "refused", (f"attempt {aid} committed, but a job commit refused its files for good "
+                               f"({t['refused']}): a clear of the whole run (with the stage's setup) runs the task "
+                               "again with the code of then; it is not recovered" + _fenced(failed))
+        aid = None   # the clear's try of the task is under way: shown as any task without a commit
     if aid is not None:
         if t.get("recovered_from_app") is not None:
             status, why = "recovered", (f"attempt {aid} committed in application attempt {t['recovered_from_app']}; "
@@ -312,7 +322,6 @@ def task_status(job: Mapping[str, Any], t: Mapping[str, Any], ti: TaskInstanceRo
         else:
             status, why = "committed", f"attempt {aid} committed (its commit record is the decision)"
         return status, why + _fenced(failed)
-    live_ti = ti_state in LIVE_TI_STATES
     if (str(job.get("algorithm")) == "2" and state == "failed" and ti_state == "success" and ti is not None
             and ti.try_number in _tries(failed)):
         return "withdrawn", ("committed at its task commit (v2: files visible at once), then withdrawn by the abort "
@@ -374,14 +383,17 @@ class StageModel:
         roles = stage_roles(setup_task_id, snapshot.task_instances)
         shards = shards_per_task(job)
         audit = audit_view(job.get("audit"))
-        self.rows = [] if job.get("replaced_by") else blame_rows(task_rows(job, roles["writes"], shards,
-                                                                           snapshot.active), audit)
+        # a replaced generation's tasks are the later run's; a purged job and a refused setup have none left
+        self.rows = [] if job.get("replaced_by") or job.get("state") in ("purged", "refused") else blame_rows(
+            task_rows(job, roles["writes"], shards, snapshot.active), audit)
         self.files = [f for f in job.get("files") or [] if isinstance(f, dict)]
         counts = Counter(r.status for r in self.rows)
+        #: kept by the teardown, yet not recovered by a clear: a job commit refused them (``status()``)
+        refused = {t.get("task") for t in job.get("tasks") or [] if t.get("refused")}
         aborted = job.get("aborted")
         failure = job.get("commit_failure")
         stages, total = timeline(job, commit_summary)
-        advice = advise(job, [(r.task, r.status) for r in self.rows], roles.get("commit"), conn_id)
+        advice = advise(job, [(r.task, r.status) for r in self.rows], roles.get("commit"), conn_id, shards)
         totals = job.get("totals")
         self.summary = Stage(
             stage=stage_name, setup_task_id=setup_task_id, write_task_id=roles["write_task_id"],
@@ -393,7 +405,8 @@ class StageModel:
             tasks_total=len(self.rows), tasks_done=sum(counts[s] for s in DONE), counts=dict(counts),
             totals=Totals(**{k: totals.get(k) for k in Totals.model_fields}) if totals else None,
             timeline=stages, total_seconds=total,
-            aborted=Abort(at=aborted.get("at"), kept_tasks=list(aborted.get("kept_committed_tasks") or []),
+            aborted=Abort(at=aborted.get("at"), kept_tasks=[n for n in aborted.get("kept_committed_tasks") or []
+                                                            if n not in refused],
                           visible_files_removed=aborted.get("visible_files_removed") or 0) if aborted else None,
             commit_failure=CommitFailure(**{k: failure.get(k) for k in CommitFailure.model_fields})
             if isinstance(failure, dict) else None,

@@ -13,7 +13,7 @@ Hadoop users will recognise it::
 """
 
 from .committer import FileOutputCommitter, OutputCommitter, make_committer
-from .config import CommitConfig, normalize_algorithm
+from .config import CommitConfig, RunOwner, normalize_algorithm
 from .errors import (
     AuditFailed,
     CommitDenied,
@@ -38,11 +38,10 @@ from .job import Job
 from .jobsetup import JobContext
 from .layout import JobLayout, check_job_id
 from .modes import MODES
-from .config import RunOwner
 from .records.success import read_success_marker
+from .runner import TaskOutcome, run_task_attempt
 from .stores import LocalStore, Store, store_for
 from .tasks.context import TaskAttemptContext
-from .tasks.runner import TaskOutcome, run_task_attempt
 from .tasks.writer import TaskAttemptWriter
 
 __all__ = [

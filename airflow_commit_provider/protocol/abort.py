@@ -21,6 +21,7 @@ remove the whole job directory), sweeps it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import records
@@ -29,11 +30,15 @@ from .job import Job
 from .layout import TEMPORARY, parse_attempt_name
 from .records.job import JobRecord
 from .records.success import marker_dirs_above, withdraw_markers
+from .stage import Stage
 from .tasks.attempts import TaskAttempts
+from .timing import StageClock, StageStopped
 
 
 def abort_job(scope: Job, *, keep_committed: bool = False) -> dict[str, Any]:
-    """See :meth:`~.committer.FileOutputCommitter.abort_job`."""
+    """See :meth:`~.committer.FileOutputCommitter.abort_job`. The work is done in stages on the protocol's base
+    (:mod:`.stage`), as job commit's: each timed, counted and logged; a job that moved on meanwhile
+    (:func:`superseded`) makes the abort stand down, at the start of a stage or wherever a stage checks again."""
     job = scope.job_record()
     if job is None:
         state = "committed" if scope.commit_log() is not None else "absent"
@@ -49,18 +54,85 @@ def abort_job(scope: Job, *, keep_committed: bool = False) -> dict[str, Any]:
     if other is not None:   # another run took the job over (:mod:`.owners`): its work is not this run's to undo
         return stood_down(scope, f"application attempt {apps[0]} is owned by {other.describe()}, not by this run: "
                                  "it stood down")
-    # the teardown lists the pending uploads before the traces (see the module's docstring); a purge, which ends
-    # the generation and records no fate, aborts every upload it finds at its end
-    uploads = scope.publisher.job_uploads(job.job_uuid) if keep_committed else []
-    inject("abort_job.after_read")
-    removed_visible: list[str] = []
-    kept: list[int] = []
-    kept_uploads: set[str] = set()
-    for app in apps:
+    run = AbortRun(scope, job, apps, keep_committed, StageClock(scope.store))
+    try:
+        ListUploads(run)(None)
+        for app in apps:
+            AbortTasks(run)(app)
+        RemoveStrays(run)(None)
+        AbortUploads(run)(None)
+        FreeTarget(run)(None)
+        if keep_committed:
+            return WriteAbortRecord(run)(None)
+        return Purge(run)(None)
+    except StoodDown:
+        return stood_down(scope)
+
+
+class StoodDown(StageStopped):
+    """The job moved on while the abort ran (:func:`superseded`): it stands down, changing nothing more."""
+
+    def __str__(self) -> str:
+        return f"the job moved on while the abort was at {self.args[0]}: it stood down" if self.args else "stood down"
+
+
+@dataclass
+class AbortRun:
+    """What the abort's stages share: the job as the abort read it, what it keeps and what it removed so far."""
+
+    scope: Job
+    job: JobRecord
+    apps: list[int]
+    #: the teardown (keep the committed tasks for a clear to recover) rather than a purge
+    keep_committed: bool
+    clock: StageClock
+    #: the pending uploads the teardown listed before it read the traces (the module's docstring)
+    uploads: list[tuple[str, str]] = field(default_factory=list)
+    removed_visible: list[str] = field(default_factory=list)
+    kept: list[int] = field(default_factory=list)
+    kept_uploads: set[str] = field(default_factory=set)
+    removed: int = 0
+
+    def check_current(self, stage: str = "") -> None:
+        """:class:`StoodDown` when the job moved on since the abort read it (:func:`superseded`)."""
+        if superseded(self.scope, self.job, self.apps):
+            raise StoodDown(stage)
+
+    def result(self) -> dict[str, Any]:
+        return {"job_id": self.scope.job_id, "state": "aborted", "aborted": True, "app_attempts": sorted(self.apps),
+                "kept_committed_tasks": sorted(set(self.kept)), "visible_files_removed": self.removed}
+
+
+class AbortStage(Stage[AbortRun, None, Any]):
+    """A stage of the abort; most check the job themselves, where the abort always looked."""
+
+    checks_generation = False
+
+
+class ListUploads(AbortStage):
+    """The teardown lists the pending uploads before the attempts' traces (the module's docstring); a purge, which
+    ends the generation and records no fate, aborts every upload it finds at its end (:class:`AbortUploads`)."""
+
+    name = "abort_list_uploads"
+    fault = "abort_job.after_read"
+
+    def apply(self, arg: None) -> None:
+        if self.run.keep_committed:
+            self.run.uploads = self.scope.publisher.job_uploads(self.run.job.job_uuid)
+
+
+class AbortTasks(Stage[AbortRun, int, None]):
+    """One application attempt's tasks: v2 commits withdrawn, committed tasks kept for recovery (the teardown),
+    every other attempt with a trace recorded failed and its files removed (I10)."""
+
+    name = "abort_tasks"
+    checks_generation = False   # checked before each record and each attempt
+
+    def apply(self, app: int) -> None:
+        run, scope, job = self.run, self.scope, self.run.job
         committed: set[tuple[int, int]] = set()
         for rec in scope.app_records(app, job.job_uuid):
-            if superseded(scope, job, apps):
-                return stood_down(scope)
+            run.check_current(self.name)
             if rec.adopted:
                 if not scope.publisher.keeps_committed:  # adopts a v2 commit that goes below: it must go too
                     scope.store.delete_file(scope.layout.task_record(app, rec.task))
@@ -75,76 +147,113 @@ def abort_job(scope: Job, *, keep_committed: bool = False) -> dict[str, Any]:
                 scope.ledger.overrule(rec.app_attempt, rec.task, rec.attempt)
                 scope.store.delete_file(scope.layout.task_record(rec.app_attempt, rec.task))
                 inject("abort_job.after_task_record")
-                if superseded(scope, job, apps):
-                    return stood_down(scope)
-                newer = scope.task_record(rec.app_attempt, rec.task, job.job_uuid) if keep_committed else None
-                removed_visible += scope.publisher.withdraw_commit(rec, keep={f.path for f in newer.files} if newer
-                                                               else set())
+                run.check_current(self.name)
+                newer = scope.task_record(rec.app_attempt, rec.task, job.job_uuid) if run.keep_committed else None
+                run.removed_visible += scope.publisher.withdraw_commit(
+                    rec, keep={f.path for f in newer.files} if newer else set())
                 continue
             committed.add((rec.task, rec.attempt))
-            if keep_committed:
+            if run.keep_committed:
                 scope.publisher.complete_task_commit(rec)  # its data must leave the attempt directory before that goes
-                kept.append(rec.task)
-                kept_uploads.update(f.upload_id for f in rec.files if f.upload_id is not None)
-        if keep_committed:
+                run.kept.append(rec.task)
+                run.kept_uploads.update(f.upload_id for f in rec.files if f.upload_id is not None)
+        if run.keep_committed:
             for task, attempt in sorted(attempts_with_trace(scope, app) - committed):
-                if superseded(scope, job, apps):
-                    return stood_down(scope)
+                run.check_current(self.name)
                 attempts = TaskAttempts(scope)
                 if not attempts.fail_and_discard(app, task, attempt):
                     # it claimed its commit first: its commit may still finish, so its pending uploads stay too
-                    kept_uploads |= attempts.committing_uploads(app, task, attempt)
+                    run.kept_uploads |= attempts.committing_uploads(app, task, attempt)
                 inject("abort_job.mid_delete")
-    if superseded(scope, job, apps):
-        return stood_down(scope)
-    strays = sorted(scope.publisher.strays(scope.visible_files(), set(), job.job_uuid))
-    if strays and keep_committed:
-        live = live_files(scope, job, apps)
-        strays = [p for p in strays if p not in live]
-    if strays:
-        withdraw_markers(scope.store, marker_dirs_above(strays))
-        scope.store.delete_and_prune(strays, scope.commit_threads, mid_delete)
-    removed_visible += strays
-    if not keep_committed:
-        uploads = scope.publisher.job_uploads(job.job_uuid)
-    aborted = [(rel, uid) for rel, uid in uploads if uid not in kept_uploads]
-    scope.publisher.abort_uploads(aborted)
-    removed = len(removed_visible) + len(aborted)
-    if scope.target_claim:   # the target is free again, unless a generation of this job committed there
-        if superseded(scope, job, apps):
-            return stood_down(scope)
-        scope.target_claim.release_uncommitted()
-    if keep_committed and not scope.publisher.keeps_committed:
-        # v2: the task commits that published are withdrawn, and the schema they fixed goes with them
-        # (:mod:`.schemas`), so the clear's tasks may write another one
-        scope.store.delete_file(scope.layout.job_schema(job.job_uuid))
-    inject("abort_job.after_uploads")   # past the teardown's last look at the job, before its abort record
-    if keep_committed:
-        record = scope.layout.abort_record(apps[0], job.job_uuid) if apps else None
+
+
+class RemoveStrays(AbortStage):
+    """Visible files of the generation that no kept commit lists (v2's, a crash's), their markers first."""
+
+    name = "abort_strays"
+    checks_generation = True
+
+    def apply(self, arg: None) -> None:
+        run, scope = self.run, self.scope
+        strays = sorted(scope.publisher.strays(scope.visible_files(), set(), run.job.job_uuid))
+        if strays and run.keep_committed:
+            live = live_files(scope, run.job, run.apps)
+            strays = [p for p in strays if p not in live]
+        if strays:
+            withdraw_markers(scope.store, marker_dirs_above(strays))
+            scope.store.delete_and_prune(strays, scope.commit_threads, mid_delete)
+        run.removed_visible += strays
+
+
+class AbortUploads(AbortStage):
+    """The pending uploads of the attempts that did not keep them: those the teardown listed, or, in a purge,
+    every upload of the generation."""
+
+    name = "abort_uploads"
+
+    def apply(self, arg: None) -> None:
+        run = self.run
+        uploads = run.uploads if run.keep_committed else self.scope.publisher.job_uploads(run.job.job_uuid)
+        aborted = [(rel, uid) for rel, uid in uploads if uid not in run.kept_uploads]
+        self.scope.publisher.abort_uploads(aborted)
+        run.removed = len(run.removed_visible) + len(aborted)
+
+
+class FreeTarget(AbortStage):
+    """Mode ``error``: the target is free again, unless a generation of this job committed there. v2's teardown:
+    the schema the withdrawn task commits fixed goes with them (:mod:`.schemas`), so the clear's tasks may write
+    another one."""
+
+    name = "abort_free_target"
+    fault = "abort_job.after_uploads"   # past the teardown's last look at the job, before its abort record
+
+    def apply(self, arg: None) -> None:
+        run, scope = self.run, self.scope
+        if scope.target_claim:
+            run.check_current(self.name)
+            scope.target_claim.release_uncommitted()
+        if run.keep_committed and not scope.publisher.keeps_committed:
+            scope.store.delete_file(scope.layout.job_schema(run.job.job_uuid))
+
+
+class WriteAbortRecord(AbortStage):
+    """The teardown's abort record, taken back when the job moved on while it was written (the module's
+    docstring)."""
+
+    name = "abort_record"
+
+    def apply(self, arg: None) -> dict[str, Any]:
+        run, scope = self.run, self.scope
+        record = scope.layout.abort_record(run.apps[0], run.job.job_uuid) if run.apps else None
         if record is not None:
             scope.store.write_bytes(record, records.dumps(
-                "abort", {"at": records.now_iso(), "kept_committed_tasks": sorted(set(kept)),
-                          "visible_files_removed": len(removed_visible)}))
+                "abort", {"at": records.now_iso(), "kept_committed_tasks": sorted(set(run.kept)),
+                          "visible_files_removed": len(run.removed_visible)}))
         inject("abort_job.after_delete")
-        if record is not None and superseded(scope, job, apps):   # written late (see the module's docstring)
+        if record is not None and superseded(scope, run.job, run.apps):   # written late
             scope.store.delete_and_prune([record], 1, lambda: None)
-            return stood_down(scope)
-        return {"job_id": scope.job_id, "state": "aborted", "aborted": True, "app_attempts": sorted(apps),
-                "kept_committed_tasks": sorted(set(kept)), "visible_files_removed": removed}
-    # purge: the generation dies with its job record; a zombie that commits afterwards finds no job (or a new
-    # generation, whose records it cannot join)
-    if superseded(scope, job, apps):
-        return stood_down(scope)
-    for name in sorted(scope.store.list_dir(scope.layout.job_dir)):
-        if name.isdigit():
-            scope.store.delete_tree(scope.layout.app_dir(int(name)))
-            inject("abort_job.mid_delete")
-    scope.store.delete_file(scope.layout.job_record)
-    scope.store.delete_tree(scope.layout.job_dir)
-    scope.store.remove_dir_if_empty(TEMPORARY)
-    inject("abort_job.after_delete")
-    return {"job_id": scope.job_id, "state": "aborted", "aborted": True, "app_attempts": sorted(apps),
-            "kept_committed_tasks": [], "visible_files_removed": removed}
+            raise StoodDown(self.name)
+        return run.result()
+
+
+class Purge(AbortStage):
+    """The generation dies with its job record; a zombie that commits afterwards finds no job (or a new
+    generation, whose records it cannot join)."""
+
+    name = "abort_purge"
+    fault = "abort_job.after_delete"
+    checks_generation = True
+
+    def apply(self, arg: None) -> dict[str, Any]:
+        scope = self.scope
+        for name in sorted(scope.store.list_dir(scope.layout.job_dir)):
+            if name.isdigit():
+                scope.store.delete_tree(scope.layout.app_dir(int(name)))
+                inject("abort_job.mid_delete")
+        scope.store.delete_file(scope.layout.job_record)
+        scope.store.delete_tree(scope.layout.job_dir)
+        scope.store.remove_dir_if_empty(TEMPORARY)
+        return self.run.result()
 
 
 def attempts_with_trace(scope: Job, app: int) -> set[tuple[int, int]]:

@@ -17,7 +17,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
 from . import records
-from .config import CommitConfig
+from .config import CommitConfig, RunOwner
 from .errors import (
     InvalidOutputSpec,
     JobAlreadyCommitted,
@@ -26,9 +26,9 @@ from .errors import (
     JobNotSetUp,
     OverlappingRun,
 )
-from .layout import ABORT_RECORD, TEMPORARY, TRASH, JobLayout, check_job_id
+from .layout import ABORT_RECORD, TEMPORARY, TRASH, JobLayout, check_job_id, task_name
+from .ledger import AttemptLedger
 from .modes import Mode
-from .config import RunOwner
 from .owners import not_owned
 from .parallel import parallel
 from .publish import Publisher, publisher_for
@@ -38,7 +38,6 @@ from .records.task import TaskCommitRecord
 from .stores import Store
 from .tables.common import TableTarget
 from .targetclaim import TargetClaim
-from .tasks.ledger import AttemptLedger
 
 
 class Job:
@@ -192,9 +191,10 @@ class Job:
         """:meth:`task_record` of each of *tasks* (those that have one of generation *job_uuid*), as job commit reads
         them: in :attr:`commit_threads` runs of every n-th task, one pool task per run (a local record reads in
         microseconds: a pool task per record cost more than the read), each run one
-        :meth:`~.stores.Store.read_in_dir` of the records' directory, each record parsed once all are read."""
+        :meth:`~.stores.Store.read_in_dir` of the records' directory, all parsed at once when all are read
+        (:meth:`~.records.task.TaskCommitRecord.from_json_many`)."""
         directory = self.layout.commits_dir(app)
-        names = [self.layout.task_record(app, task).rpartition("/")[2] for task in tasks]
+        names = [f"{task_name(task)}.json" for task in tasks]
         data: list[bytes | None] = [None] * len(names)
         runs = max(1, min(self.commit_threads, len(names)))
 
@@ -203,13 +203,10 @@ class Job:
                 data[i] = raw
 
         parallel(read, [range(k, len(names), runs) for k in range(runs)], runs)
-        out = {}
-        for task, name, raw in zip(tasks, names, data):
-            if raw is not None:
-                rec = TaskCommitRecord.from_json(raw, self.store.url(f"{directory}/{name}"))
-                if rec.job_uuid == job_uuid:
-                    out[task] = rec
-        return out
+        found = [i for i, raw in enumerate(data) if raw is not None]
+        recs = TaskCommitRecord.from_json_many([data[i] for i in found], [tasks[i] for i in found],  # type: ignore
+                                               lambda k: self.store.url(f"{directory}/{names[found[k]]}"))
+        return {tasks[i]: rec for i, rec in zip(found, recs) if rec.job_uuid == job_uuid}
 
     def app_records(self, app: int, job_uuid: str) -> list[TaskCommitRecord]:
         """Every task commit record of one application attempt (of generation *job_uuid*)."""

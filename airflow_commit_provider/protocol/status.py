@@ -10,9 +10,9 @@ from typing import Any
 
 from . import records
 from .job import Job
-from .layout import SUCCESS
+from .layout import SUCCESS, attempt_name
+from .ledger import COMMITTING, FAILED
 from .records.job import JobRecord
-from .tasks.ledger import COMMITTING, FAILED
 
 
 class JobStatus:
@@ -35,10 +35,13 @@ class JobStatus:
             if success is not None and success.get("job_uuid") == log.job_uuid:
                 doc.update(durations=success["durations"], diagnostics=success["diagnostics"])
             return {"state": "committed", **doc}
-        apps = scope.app_attempts(job)
+        names = scope.store.list_dir(scope.layout.job_dir)
+        apps = scope.app_attempts(job, names)
         app = apps[0] if apps else job.first_app_attempt
         plan = scope.commit_plan(job)
         tasks: dict[int, dict[str, Any]] = {}
+        # a commit a job commit refused for good is not recovered by a clear: the task runs again (records.refused)
+        refused = scope.refused_tasks(job, names)
         for a in sorted(apps):
             for rec in scope.app_records(a, job.job_uuid):
                 if a == app or rec.task not in tasks:
@@ -47,7 +50,10 @@ class JobStatus:
                                        "committed_attempt": f"{rec.committed_in_app}.{rec.attempt}",
                                        "files": len(rec.files),
                                        "rows": sum(f.rows or 0 for f in rec.files),
-                                       "bytes": sum(f.size for f in rec.files), "current": a == app}
+                                       "bytes": sum(f.size for f in rec.files), "current": a == app,
+                                       **({"refused": refused.reason(rec.task)} if refused.refuses(rec) else {})}
+        for entry in tasks.values():
+            entry.update(no_history())
         for t, hist in self.attempt_history(job).items():
             tasks.setdefault(t, {"task": t, "attempt": None, "app_attempt": None, "files": 0, "rows": 0,
                                  "bytes": 0, "current": False}).update(hist)
@@ -64,7 +70,7 @@ class JobStatus:
 
     def attempt_history(self, job: JobRecord, winners: Mapping[tuple[int, int], int] | None = None
                         ) -> dict[int, dict[str, list[str]]]:
-        """Per task, the attempts that failed, were denied, or are unfinished (``<app>.<try>``).
+        """Per task that has one, the attempts that failed, were denied, or are unfinished (``<app>.<try>``).
 
         ``failed``: recorded failed (aborted, fenced by a newer try, removed by the teardown); ``denied``: claimed
         its commit and lost to another attempt; ``unfinished``: set up, with no fate yet (running, or killed and
@@ -77,12 +83,9 @@ class JobStatus:
             winners = {(a, rec.task): rec.attempt for a in apps for rec in self.job.app_records(a, job.job_uuid)
                        if not rec.adopted}
         for a in apps:
-            known = {(t, at): COMMITTING for (wa, t), at in winners.items() if wa == a}
-            for trace in self.job.ledger.traces(a, known=known):
-                hist = out.setdefault(trace.task, {"failed_attempts": [], "denied_attempts": [],
-                                                   "unfinished_attempts": []})
-                if winners.get((a, trace.task)) == trace.attempt:
-                    continue
+            won = {attempt_name(t, at) for (wa, t), at in winners.items() if wa == a}
+            for trace in self.job.ledger.traces(a, leave_out=won):
+                hist = out.setdefault(trace.task, no_history())
                 name = f"{a}.{trace.attempt}"
                 if trace.fate == FAILED:
                     hist["failed_attempts"].append(name)
@@ -91,3 +94,8 @@ class JobStatus:
                 else:
                     hist["unfinished_attempts"].append(name)
         return out
+
+
+def no_history() -> dict[str, list[str]]:
+    """A task's :meth:`JobStatus.attempt_history` entry when no attempt of it failed, was denied or is unfinished."""
+    return {"failed_attempts": [], "denied_attempts": [], "unfinished_attempts": []}

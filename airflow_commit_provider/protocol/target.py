@@ -50,9 +50,19 @@ def job_scope(store: Store, job_id: str) -> Job:
     return Job(store, job_id, CommitConfig(algorithm=algorithm, mode=mode, partition_by=partition_by))
 
 
+#: what ``inspect`` says of a job directory without a job record or a commit log
+ORPHANED = ("a job directory without a job record or a commit log: what a try left that was still running when its "
+            "job was purged (the purge removed the record; the try's abort wrote its fate after). Nothing can commit "
+            "from it; gc removes it")
+
+
 def describe_job(store: Store, job_id: str) -> dict[str, Any]:
     """One job: its state and tasks (:meth:`~.status.JobStatus.status`), what a clear of its run would recover,
-    its pending multipart uploads, its committed generations, and whether ``gc`` would collect it."""
+    its pending multipart uploads, its committed generations, and whether ``gc`` would collect it; ``orphaned``
+    for the leftovers of a purged job's late try (:data:`ORPHANED`)."""
+    layout = JobLayout(job_id)
+    if not store.exists(layout.job_record) and CommitLog.read(store, layout.commit_log) is None:
+        return {"job_id": job_id, "state": "orphaned", "problem": ORPHANED, "collectable": True}
     scope = job_scope(store, job_id)
     status = JobStatus(scope).status()
     out: dict[str, Any] = {k: status.get(k) for k in ("job_id", "state", "job_uuid", "generation", "app_attempt",
@@ -61,12 +71,14 @@ def describe_job(store: Store, job_id: str) -> dict[str, Any]:
     if status["state"] in ("running", "failed", "committing"):
         out["tasks"] = {
             "committed": sorted(t["task"] for t in tasks if t.get("attempt") is not None),
+            #: committed, but a job commit refused their files for good: a clear runs them again
+            "refused": sorted(t["task"] for t in tasks if t.get("refused")),
             "failed_attempts": sum(len(t.get("failed_attempts", ())) for t in tasks),
             "denied_attempts": sum(len(t.get("denied_attempts", ())) for t in tasks),
             "unfinished_attempts": sorted(f"{t['task']}@{a}" for t in tasks for a in t.get("unfinished_attempts", ())),
         }
         #: a clear of the run recovers these (their code is not called again); the rest run again
-        out["recoverable_tasks"] = out["tasks"]["committed"]
+        out["recoverable_tasks"] = sorted(set(out["tasks"]["committed"]) - set(out["tasks"]["refused"]))
         uploads = scope.publisher.job_uploads(status["job_uuid"])
         out["pending_uploads"] = [rel for rel, _ in uploads]
     log = scope.commit_log()
@@ -135,13 +147,30 @@ def collect(store: Store, *, apply: bool = False) -> list[dict[str, Any]]:
     for job in inspect(store)["jobs"]:
         if not job.get("collectable"):
             continue
-        action = "purge: its committed tasks are not recovered by a later clear" if job["state"] == "failed" \
-            else "remove what its clean-up left"
+        action = {"failed": "purge: its committed tasks are not recovered by a later clear",
+                  "orphaned": "remove what a purged job's late try left"}.get(job["state"],
+                                                                              "remove what its clean-up left")
         entry: dict[str, Any] = {"job_id": job["job_id"], "state": job["state"], "action": action}
         if apply:
-            entry["result"] = abort(store, job["job_id"], purge=True)
+            entry["result"] = remove_orphan(store, job["job_id"]) if job["state"] == "orphaned" else \
+                abort(store, job["job_id"], purge=True)
         plan.append(entry)
     return plan
+
+
+def remove_orphan(store: Store, job_id: str) -> dict[str, Any]:
+    """Remove a job directory :func:`describe_job` found ``orphaned``: only the entries of one listing that shows
+    no job record, so that a setup creating the job meanwhile (its record first, then an application attempt
+    numbered past every one listed) loses nothing; the directory goes once empty."""
+    layout = JobLayout(job_id)
+    names = store.list_dir(layout.job_dir)
+    if layout.job_record.rsplit("/", 1)[-1] in names or CommitLog.read(store, layout.commit_log) is not None:
+        return {"job_id": job_id, "state": "set up meanwhile", "removed": False}
+    for name in sorted(names):   # application attempt directories, and the job's own records (files)
+        (store.delete_tree if name.isdigit() else store.delete_file)(f"{layout.job_dir}/{name}")
+    store.remove_dir_if_empty(layout.job_dir)
+    store.remove_dir_if_empty(TEMPORARY)
+    return {"job_id": job_id, "state": "orphaned", "removed": True}
 
 
 def verify(store: Store) -> dict[str, Any]:
@@ -150,8 +179,9 @@ def verify(store: Store) -> dict[str, Any]:
     return {"output": store.url(), "ok": bool(found) and all(m["valid"] for m in found), "markers": found}
 
 
-def summary_lines(found: Mapping[str, Any]) -> list[str]:
-    """:func:`inspect` for a person: one line a marker and a job."""
+def summary_lines(found: Mapping[str, Any], gc_command: str) -> list[str]:
+    """:func:`inspect` for a person: one line a marker and a job (*gc_command*: the ``gc --apply`` line that
+    reaches the target, as the caller was given it)."""
     lines = [f"target {found['output']}"]
     if not found["markers"]:
         lines.append("  no _SUCCESS: nothing committed here is visible as a whole")
@@ -175,16 +205,19 @@ def summary_lines(found: Mapping[str, Any]) -> list[str]:
                          f"{owner['run_id']} (clear {owner['clear_number']})")
         if "tasks" in j:
             t = j["tasks"]
-            lines.append(f"    committed tasks {len(t['committed'])} (a clear of the run recovers them); failed "
-                         f"attempts {t['failed_attempts']}, denied {t['denied_attempts']}, unfinished "
-                         f"{len(t['unfinished_attempts'])}; pending uploads {len(j.get('pending_uploads', []))}")
+            refused = f", {len(t['refused'])} of them refused by a job commit (a clear runs them again)" \
+                if t["refused"] else ""
+            lines.append(f"    committed tasks {len(t['committed'])}{refused}; a clear of the run recovers "
+                         f"{len(j['recoverable_tasks'])}; failed attempts {t['failed_attempts']}, denied "
+                         f"{t['denied_attempts']}, unfinished {len(t['unfinished_attempts'])}; pending uploads "
+                         f"{len(j.get('pending_uploads', []))}")
         if j.get("last_commit"):
             c = j["last_commit"]
             lines.append(f"    last commit: generation {c['generation']} at {c['finished']}, {c['files']} file(s)")
         if j.get("problem"):
             lines.append(f"    {j['problem']}")
         if j.get("collectable"):
-            lines.append(f"    collectable: `airflow-commit gc {found['output']} --apply` removes it")
+            lines.append(f"    collectable: `{gc_command}` removes it")
     if found["trash_entries"]:
         lines.append(f"  {found['trash_entries']} committed job directory(ies) in {TRASH} (gc removes them)")
     if found["claimed_inputs"]:
@@ -192,5 +225,5 @@ def summary_lines(found: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-__all__ = ["abort", "collect", "describe_job", "inspect", "job_ids", "job_scope", "markers",
+__all__ = ["abort", "collect", "describe_job", "inspect", "job_ids", "job_scope", "markers", "remove_orphan",
            "summary_lines", "verify"]

@@ -54,6 +54,11 @@ class StageClock:
                 "bytes_copied": self.store.bytes_copied - self.bytes_copied_start}
 
 
+class StageStopped(Exception):
+    """A run that stops on purpose (an abort standing down for a job that moved on): its stage is logged as
+    stopped, at INFO, not as failed."""
+
+
 class Timed:
     """``with Timed(clock, "job j task 3 attempt 1", "commit_task") as t: ...``: the stage's time and requests go
     on *clock*; the log says what it did (``t.counts``) or how it failed. Exceptions pass through unchanged."""
@@ -75,6 +80,8 @@ class Timed:
             if log.isEnabledFor(logging.INFO):   # the counts are formatted only for a log that shows them
                 log.info("%s: %s: %.1f ms%s%s", self.owner, self.name, ms,
                          "".join(f", {k} {v}" for k, v in self.counts.items()), sent)
+        elif isinstance(exc, StageStopped):
+            log.info("%s: %s: stopped after %.1f ms%s: %s", self.owner, self.name, ms, sent, exc)
         else:
             log.warning("%s: %s failed after %.1f ms%s: %s: %s", self.owner, self.name, ms, sent,
                         type(exc).__name__, exc)
@@ -85,4 +92,4 @@ def timed(store: Store, owner: str, name: str) -> Timed:
     return Timed(StageClock(store), owner, name)
 
 
-__all__ = ["StageClock", "Timed", "timed"]
+__all__ = ["StageClock", "StageStopped", "Timed", "timed"]

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import shutil
-import sys
 from collections import Counter
 from datetime import datetime, timezone
 
@@ -17,7 +15,7 @@ import pytest
 
 from airflow_commit_provider.protocol import faults, read_success_marker
 
-from ..conftest import DAGS_FOLDER, TEST_ROOT, TEST_WORK
+from ..conftest import TEST_ROOT, TEST_WORK, fresh_test_dags
 from ..protocol import scenario as sc
 
 pytestmark = pytest.mark.airflow
@@ -28,11 +26,7 @@ ROWS = 10
 
 @pytest.fixture
 def dags(airflow_db):
-    if str(DAGS_FOLDER) not in sys.path:
-        sys.path.insert(0, str(DAGS_FOLDER))
-    for path in list(TEST_WORK.iterdir()) + list(TEST_ROOT.iterdir()):
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-    return importlib.import_module("commit_test_dags")
+    return fresh_test_dags("commit_test_dags")
 
 
 def calls(dag_id: str) -> Counter:

@@ -12,15 +12,13 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import shutil
-import sys
 from collections import Counter
 
 import pytest
 
 from airflow_commit_provider.protocol import InvalidOutputSpec
 
-from ..conftest import DAGS_FOLDER, TEST_ROOT, TEST_WORK
+from ..conftest import TEST_ROOT, TEST_WORK, fresh_test_dags
 from ..support import forget_s3_clients, start_moto
 
 pytestmark = pytest.mark.airflow
@@ -30,11 +28,7 @@ CONN_ID = "commit_s3_ensure"  # its own connection id: Airflow caches one file s
 
 @pytest.fixture
 def dags(airflow_db):
-    if str(DAGS_FOLDER) not in sys.path:
-        sys.path.insert(0, str(DAGS_FOLDER))
-    for path in list(TEST_WORK.iterdir()) + list(TEST_ROOT.iterdir()):
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-    return importlib.import_module("commit_test_dags")
+    return fresh_test_dags("commit_test_dags")
 
 
 @pytest.fixture(scope="module")

@@ -144,7 +144,7 @@ def test_the_magic_committer_off_s3_is_refused_where_the_dag_is_parsed(build, tm
         assert dag.task_ids == []
     for target, algorithm in (("s3://bucket/events", "magic"), ("{{ var.value.events }}", "magic"),
                               (str(tmp_path / "events"), 1), (str(tmp_path / "events"), 2)):
-        with _dag(f"opbase_magic_ok") as dag:
+        with _dag("opbase_magic_ok") as dag:
             make(target, algorithm)
         assert dag.task_ids
 

@@ -72,6 +72,8 @@ def test_a_run_overlapping_another_of_its_job_is_refused_and_the_next_run_commit
                    if "AirflowFailException: OverlappingRun:" in line)
     purge = f"airflow-commit abort file://{target(dag_id)} --job"   # the command line's, for a dead run
     assert a_run in refusal and "max_active_runs=1" in refusal and purge in refusal, refusal
+    # A is live in Airflow's eyes, which the command refuses without --force (it would fail A's live tasks)
+    assert "--purge --force" in refusal, refusal
     sc.assert_exactly_once(sc.read_rows(target(dag_id)), tasks=2, per_task=ROWS)   # A's rows, once
 
     cleared = run(dag, 2)   # the refusal's advice: once A has ended, clear B; its setup takes the job over

@@ -6,15 +6,12 @@ run and its clear is refused at its commit the same way, and its next clear runs
 
 from __future__ import annotations
 
-import importlib
-import shutil
-import sys
 from collections import Counter
 from datetime import datetime, timezone
 
 import pytest
 
-from ..conftest import DAGS_FOLDER, TEST_ROOT, TEST_WORK
+from ..conftest import TEST_ROOT, TEST_WORK, fresh_test_dags
 
 pytestmark = pytest.mark.airflow
 
@@ -23,11 +20,7 @@ pytestmark = pytest.mark.airflow
 def dags(airflow_db):
     pytest.importorskip("deltalake")
     pytest.importorskip("pyiceberg")
-    if str(DAGS_FOLDER) not in sys.path:
-        sys.path.insert(0, str(DAGS_FOLDER))
-    for path in list(TEST_WORK.iterdir()) + list(TEST_ROOT.iterdir()):
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-    return importlib.import_module("table_test_dags")
+    return fresh_test_dags("table_test_dags")
 
 
 def states(dr) -> dict[str, tuple[str, int]]:

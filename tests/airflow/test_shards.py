@@ -8,8 +8,6 @@ back with pyarrow row by row.
 from __future__ import annotations
 
 import importlib
-import shutil
-import sys
 from collections import Counter
 
 import pytest
@@ -21,7 +19,7 @@ from airflow_commit_provider.operators.identity import make_job_id
 from airflow_commit_provider.operators.stage import commit_stage
 from airflow_commit_provider.protocol import InvalidOutputSpec, read_success_marker
 
-from ..conftest import DAGS_FOLDER, TEST_ROOT, TEST_WORK
+from ..conftest import TEST_ROOT, TEST_WORK, fresh_test_dags
 from ..protocol import scenario as sc
 
 pytestmark = pytest.mark.airflow
@@ -31,11 +29,7 @@ INSTANCES, SHARDS, ROWS = 3, 4, 10
 
 @pytest.fixture
 def dags(airflow_db):
-    if str(DAGS_FOLDER) not in sys.path:
-        sys.path.insert(0, str(DAGS_FOLDER))
-    for path in list(TEST_WORK.iterdir()) + list(TEST_ROOT.iterdir()):
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-    return importlib.import_module("shard_test_dags")
+    return fresh_test_dags("shard_test_dags")
 
 
 def calls(dag_id: str) -> Counter:
@@ -171,7 +165,7 @@ def test_a_job_commit_refuses_a_shards_per_task_changed_since_the_setup(tmp_path
     for task in range(before):   # the one write task instance's shards, as its write runs them
         assert run_task_attempt(committer, task, 1, lambda w, t=task: w.write(pa.table({"x": [t]}))).status \
             == "committed"
-    from airflow_commit_provider.operators.failures import AirflowFailException   # the Task SDK's, or 3.1's
+    from airflow_commit_provider.operators.failures import AirflowFailException  # the Task SDK's, or 3.1's
 
     with pytest.raises(AirflowFailException, match=rf"InvalidOutputSpec: CommitJobOperator 'commit{after}': job "
                        rf"\S+ was set up with shards_per_task={before}, this stage has shards_per_task={after}\."):

@@ -8,17 +8,14 @@ log line.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
-import shutil
-import sys
 
 import pytest
 
 from airflow_commit_provider.protocol import faults
 
-from ..conftest import DAGS_FOLDER, TEST_ROOT, TEST_WORK
+from ..conftest import TEST_ROOT, fresh_test_dags
 from ..support import start_moto
 
 pytestmark = pytest.mark.airflow
@@ -52,11 +49,7 @@ def s3_endpoint():
 
 @pytest.fixture
 def dags(airflow_db, s3_endpoint):
-    if str(DAGS_FOLDER) not in sys.path:
-        sys.path.insert(0, str(DAGS_FOLDER))
-    for path in list(TEST_WORK.iterdir()) + list(TEST_ROOT.iterdir()):
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-    yield importlib.import_module("table_test_dags")
+    yield fresh_test_dags("table_test_dags")
     faults.disarm()
 
 

@@ -13,10 +13,7 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-import shutil
-import sys
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 
@@ -30,7 +27,7 @@ from airflow_commit_provider.operators.stage import commit_stage
 from airflow_commit_provider.operators.summary import CommitSummary
 from airflow_commit_provider.protocol import InvalidOutputSpec, read_success_marker
 
-from ..conftest import DAGS_FOLDER, TEST_ROOT, TEST_WORK
+from ..conftest import TEST_ROOT, TEST_WORK, fresh_test_dags
 from ..protocol import scenario as sc
 
 START = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -38,11 +35,7 @@ START = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
 @pytest.fixture
 def dags(airflow_db):
-    if str(DAGS_FOLDER) not in sys.path:
-        sys.path.insert(0, str(DAGS_FOLDER))
-    for path in list(TEST_WORK.iterdir()) + list(TEST_ROOT.iterdir()):
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-    return importlib.import_module("taskflow_test_dags")
+    return fresh_test_dags("taskflow_test_dags")
 
 
 def calls(dag_id: str) -> Counter:

@@ -25,9 +25,8 @@ from fastapi import HTTPException
 from airflow_commit_provider.plugins import app as plugin_app
 from airflow_commit_provider.plugins.airflow_state import RunSnapshot, TaskInstanceRow
 from airflow_commit_provider.plugins.read_model import DONE, StageModel
-from airflow_commit_provider.protocol import FileOutputCommitter, faults, run_task_attempt
-from airflow_commit_provider.protocol import jobcommit
-from airflow_commit_provider.protocol.jobcommit import stage as jobcommit_stage
+from airflow_commit_provider.protocol import FileOutputCommitter, faults, jobcommit, run_task_attempt
+from airflow_commit_provider.protocol import stage as stage_base
 from airflow_commit_provider.protocol.tasks import attempts
 
 from ..conftest import TEST_WORK, fresh_test_dags
@@ -83,7 +82,7 @@ class Watcher:
 def watched(airflow_db, monkeypatch):
     dags = fresh_test_dags("view_truth_test_dags")
     watcher = Watcher()
-    for module in (attempts, jobcommit, jobcommit_stage):
+    for module in (attempts, jobcommit, stage_base):
         original = module.inject
 
         def hook(point: str, original=original) -> None:
@@ -272,19 +271,25 @@ def test_clear_commit_task_followed_resumes_the_commit(tmp_path):
     assert _model(c, ["success"], "success").summary.state == "committed"
 
 
+@pytest.mark.parametrize("fmt", [None, "delta"])
 @pytest.mark.parametrize("follow", ["fix_and_clear_run", "abort_and_new_run"])
-def test_a_deterministic_commit_failure_advises_a_fix_not_a_clear_and_each_way_out_commits(tmp_path, follow):
-    """A Delta job whose two tasks wrote different schemas: its commit fails on SchemaMismatch, which every try
-    repeats. The view does not advise a clear of the run or of the commit task; it says a clear cannot help as it
-    is, and gives the fix and the ``airflow-commit abort`` command. Both ways, followed with the code fixed,
-    commit."""
+def test_a_deterministic_commit_failure_advises_a_fix_not_a_clear_and_each_way_out_commits(tmp_path, follow, fmt):
+    """A job (a directory, a Delta table) whose two tasks wrote different schemas: its commit fails on
+    SchemaMismatch, which every try repeats. The view does not advise a clear of the run or of the commit task; it
+    says a clear cannot help as it is, and gives the fix and the ``airflow-commit abort`` command. After the
+    teardown the tasks the commit refused are ``refused`` (they run again on a clear), not ``kept`` for recovery
+    (the view said "kept tasks 0 and 1 ... for recovery" of tasks the clear then ran again: seen in a deployment),
+    and while the clear's tries run they are not counted done. Both ways, followed with the code fixed, commit."""
     import shlex
 
-    pytest.importorskip("deltalake")
     from airflow_commit_provider.cli import main as cli
-    from airflow_commit_provider.protocol.tables import table_target
 
     def c_of():
+        if fmt is None:
+            return _committer(tmp_path)
+        pytest.importorskip("deltalake")
+        from airflow_commit_provider.protocol.tables import table_target
+
         table = table_target("delta", str(tmp_path / "events"))
         return FileOutputCommitter(table.data_root, "job", mode="append", partition_by=["day"], table=table)
 
@@ -301,9 +306,19 @@ def test_a_deterministic_commit_failure_advises_a_fix_not_a_clear_and_each_way_o
     command = next(w.split("`")[1] for w in s.next_steps if "`" in w)
     words = shlex.split(command)
     assert words[:2] == ["airflow-commit", "abort"] and words[-2:] == ["--conn-id", "fs_default"]
+    c.abort_job(keep_committed=True)   # the failed run's teardown
+    stage = _model(c, ["success", "success"], "failed", commit_state="failed")
+    assert [(r.status, r.committed_attempt) for r in stage.rows] == [("refused", "0.1")] * 2, \
+        [(r.status, r.why) for r in stage.rows]
+    assert "job commit refused its files" in stage.rows[0].why
+    assert stage.summary.aborted is not None and stage.summary.aborted.kept_tasks == []
+    assert (stage.summary.action, stage.summary.tasks_done) == ("new_job", 0)
     if follow == "fix_and_clear_run":
         c = c_of()
         c.setup_job()   # the cleared run: the refused task runs again, with the fixed code
+        live = _model(c, ["running", "queued"]).rows
+        assert [(r.status, r.committed_attempt) for r in live] == [("running", None), ("waiting", None)], \
+            [(r.status, r.why) for r in live]
         for t in (0, 1):
             run_task_attempt(c, t, 2, lambda w, t=t: w.write(sc.task_table(t, 2)))
     else:
@@ -331,8 +346,63 @@ def test_a_refused_setup_shows_its_error_and_fixed_the_next_run_commits(watched)
     (stage,) = plugin_app.run_status("view_truth_refused", dr.run_id).stages
     assert (stage.state, stage.action) == ("refused", "fix_setup"), stage
     assert (stage.error or "").startswith("InvalidOutputSpec: ") and "someone-else.csv" in stage.error, stage.error
+    # its write tasks never ran: not "failed 2" in red (seen in a deployment); the error is shown below the advice
+    assert (stage.tasks_total, stage.counts) == (0, {}) and "its error is below" in stage.next_steps[0]
     (target / "someone-else.csv").unlink()   # followed: the cause fixed
     dr = dags.view_truth_refused.test()
     assert dr.state == "success"
     (stage,) = plugin_app.run_status("view_truth_refused", dr.run_id).stages
     assert (stage.state, stage.action) == ("committed", "none")
+
+
+def test_a_purged_job_says_so_and_the_next_run_commits(watched):
+    """A failed run whose teardown purged its job (``purge_on_failure``; ``airflow-commit abort --purge`` and
+    ``gc --apply`` leave the same): the view said "The stage's setup has not run yet in this run" with every task
+    ``waiting`` (seen in a deployment). It says the job was purged, shows no task, and advises a clear or a new
+    run; followed, the next run commits."""
+    from ..conftest import TEST_WORK
+
+    dags, _ = watched
+    (TEST_WORK / "fail-1-1").touch()   # shard 1's only try fails: the run fails, the teardown purges
+    dr = dags.view_truth_purged.test()
+    assert dr.state == "failed"
+    (stage,) = plugin_app.run_status("view_truth_purged", dr.run_id).stages
+    assert (stage.state, stage.action, stage.tasks_total) == ("purged", "clear_run", 0), stage
+    assert "was purged" in stage.next_steps[0] and "every task runs" in stage.next_steps[0]
+    (TEST_WORK / "fail-1-1").unlink()   # followed: a new run
+    again = dags.view_truth_purged.test()
+    assert again.state == "success"
+    (stage,) = plugin_app.run_status("view_truth_purged", again.run_id).stages
+    assert (stage.state, stage.tasks_done) == ("committed", 2)
+
+
+def test_abort_of_a_live_runs_job_is_refused_and_changes_nothing(watched):
+    """``airflow-commit abort --purge`` of a job whose DAG run is live purged it: the running task's commit was
+    then refused (no job record), the run failed, and its late try left a directory that ``inspect`` called
+    unreadable (seen in a deployment). Run from inside the live run, the command is refused, naming the run, the
+    way on and ``--force``; the run commits as if nothing happened."""
+    import json
+    import subprocess
+    import sys
+
+    from ..conftest import TEST_ROOT, TEST_WORK
+
+    dags, _ = watched
+    dr = dags.view_truth_live_abort.test()
+    assert dr.state == "success"
+    seen = json.loads((TEST_WORK / "live-abort.json").read_text())
+    assert seen["code"] == 2, seen
+    assert f"run {dr.run_id}, which Airflow says is running" in seen["stderr"] and "--force" in seen["stderr"], seen
+    (stage,) = plugin_app.run_status("view_truth_live_abort", dr.run_id).stages
+    assert (stage.state, stage.tasks_done) == ("committed", 1)
+    # a running job of a run that has ended may be aborted; of a run this database does not hold, it may not
+    from airflow_commit_provider.cli.live import live_run_refusal
+
+    job = {"job_id": stage.job_id, "state": "running", "labels": {"dag_id": "view_truth_live_abort"}}
+    assert live_run_refusal({**job, "labels": {**job["labels"], "run_id": dr.run_id}}, "retry") is None
+    assert "does not hold" in live_run_refusal({**job, "labels": {**job["labels"], "run_id": "elsewhere"}}, "retry")
+    # the run has ended: the command is no longer refused (a committed job is left alone)
+    done = subprocess.run([sys.executable, "-m", "airflow_commit_provider.cli", "abort",
+                           str(TEST_ROOT / "view_truth_live_abort"), "--job", stage.job_id, "--purge"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "left alone: the job is committed" in done.stdout, done

@@ -70,7 +70,7 @@ def test_inspect_shows_each_job_with_what_a_clear_would_recover(target):
                                  "valid": True, "problem": None,
                                  "finished": jobs["committed"]["last_commit"]["finished"]}]
     text = cli("inspect", str(target)).stdout
-    assert "job failed: failed" in text and f"airflow-commit gc {found['output']} --apply" in text
+    assert "job failed: failed" in text and f"airflow-commit gc {target} --apply" in text
 
 
 def test_verify_tells_a_true_marker_from_a_false_one(target, tmp_path):
@@ -132,3 +132,69 @@ def test_refusals_name_the_problem_and_the_way_on(target):
     assert "no job 'nosuchjob'" in done.stderr and "airflow-commit inspect" in done.stderr
     assert as_json("abort", str(target), "--job", "committed")["aborted"] is False
     assert cli("inspect", str(target / "nothing-here")).stdout.splitlines()[1].startswith("  no _SUCCESS")
+
+
+def test_a_purged_jobs_late_try_leaves_an_orphan_that_inspect_names_and_gc_removes(target):
+    """A try still running when its job was purged records its fate after the purge, re-creating part of the job's
+    directory without a job record: ``inspect`` called it unreadable, sending the reader to ``inspect`` again, and
+    ``gc`` could not remove it (seen in a deployment). It is ``orphaned``, says why, and ``gc --apply`` removes it
+    alone."""
+    late = FileOutputCommitter(str(target), "late", algorithm=1, mode="append")
+    late.setup_job()
+    attempt = late.setup_task(0, 1)   # a try writing when the job is purged
+    cli("abort", str(target), "--job", "late", "--purge")
+    late.abort_task(attempt)          # its fate, recorded after the purge
+    assert (target / "_temporary" / "late").is_dir()
+    jobs = {j["job_id"]: j for j in as_json("inspect", str(target))["jobs"]}
+    assert jobs["late"]["state"] == "orphaned" and jobs["late"]["collectable"], jobs["late"]
+    assert "purged" in cli("inspect", str(target)).stdout
+    before = {k: v for k, v in listing(target).items() if "/late/" not in k}
+    assert [(p["job_id"], p["state"]) for p in as_json("gc", str(target))] == [("failed", "failed"),
+                                                                              ("late", "orphaned")]
+    as_json("gc", str(target), "--apply")
+    assert not (target / "_temporary" / "late").exists()
+    after = listing(target)
+    assert {k: v for k, v in after.items() if "_temporary/running" in k} == \
+        {k: v for k, v in before.items() if "_temporary/running" in k}, "gc touched the running job"
+
+
+def test_tasks_a_job_commit_refused_are_not_shown_recoverable(tmp_path):
+    """A job commit refused two tasks' files for good (two schemas): a clear of the run runs them again, so
+    ``inspect`` does not list them as what a clear recovers (it said "committed tasks 2 (a clear of the run
+    recovers them)")."""
+    root = tmp_path / "events"
+    job = FileOutputCommitter(str(root), "mixed", algorithm=1, mode="append")
+    job.setup_job()
+    run_task_attempt(job, 0, attempt=1, produce=lambda w: w.write(pa.table({"x": [1]})))
+    run_task_attempt(job, 1, attempt=1, produce=lambda w: w.write(pa.table({"x": [2], "note": ["bug"]})))
+    with pytest.raises(Exception, match="different schemas"):
+        job.commit_job(expected_tasks=2)
+    job.abort_job(keep_committed=True)
+    [found] = as_json("inspect", str(root))["jobs"]
+    assert (found["tasks"]["committed"], found["tasks"]["refused"], found["recoverable_tasks"]) == ([0, 1], [0, 1], [])
+    assert "2 of them refused by a job commit (a clear runs them again); a clear of the run recovers 0" in \
+        cli("inspect", str(root)).stdout
+
+
+def test_abort_of_a_dag_runs_job_when_airflow_cannot_be_asked_is_refused_until_forced(tmp_path):
+    """A running job that names its DAG run, where Airflow's metadata database cannot be reached: nothing tells a
+    live run from a dead one, so the abort is refused with the reason and the ``--force`` line, which works."""
+    import os
+
+    root = tmp_path / "events"
+    job = FileOutputCommitter(str(root), "dag__run__stage", algorithm=1, mode="append",
+                              labels={"dag_id": "dag", "run_id": "run"})
+    job.setup_job()
+    write(job, 0, 1)
+    env = {**os.environ, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp_path}/no-such-dir/airflow.db"}
+    done = subprocess.run([sys.executable, "-m", "airflow_commit_provider.cli", "abort", str(root), "--job",
+                           "dag__run__stage", "--purge"], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 2, done
+    assert "belongs to dag dag run run" in done.stderr and "cannot be asked" in done.stderr, done.stderr
+    forced = done.stderr.rsplit("run: ", 1)[1].strip().split()
+    assert forced[:2] == ["airflow-commit", "abort"] and forced[-1] == "--force", forced
+    assert (root / "_temporary" / "dag__run__stage").is_dir(), "the refusal changed nothing"
+    again = subprocess.run([sys.executable, "-m", "airflow_commit_provider.cli", *forced[1:]], capture_output=True,
+                           text=True, timeout=300, env=env)
+    assert again.returncode == 0 and "purged" in again.stdout, again
+    assert not (root / "_temporary").exists()

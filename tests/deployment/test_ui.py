@@ -168,8 +168,17 @@ def _check_theme(page, theme: str) -> None:
         assert word not in text, (word, text)
 
 
+def _settled(page) -> None:
+    """Wait until no finite CSS animation or transition runs (a popover fading in or out, an accordion opening):
+    colours read in the middle of one are neither the start's nor the end's (axe measured a closing popover's text
+    at 1.03:1 on a loaded machine), and a screenshot would catch it half drawn."""
+    page.wait_for_function("document.getAnimations().every(a => a.playState !== 'running'"
+                           " || a.effect?.getTiming().iterations === Infinity)")  # a spinner never ends
+
+
 def _shoot(page, name: str, full: bool = False) -> Path:
     SHOTS.mkdir(parents=True, exist_ok=True)
+    _settled(page)
     path = SHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=full)
     if os.environ.get("COMMIT_UI_SCREENSHOTS"):
@@ -185,6 +194,7 @@ def _accessible(page, name: str, within: str = VIEW) -> None:
     the artifacts when a check fails."""
     from axe_playwright_python.sync_playwright import Axe
 
+    _settled(page)
     results = Axe().run(page, context={"include": [[within]]},
                         options={"resultTypes": ["violations"], "runOnly": {"type": "tag", "values": [
                             "wcag2a", "wcag2aa", "wcag21aa", "best-practice"]}})
@@ -250,6 +260,8 @@ def test_committed_stage(browser, deployment, committed_run, theme):
         _shoot(page, "column-help-light")
         page.keyboard.press("Escape")
     page.click("[data-testid=help] button")
+    # the panel fades in: axe-core read its text mid-animation at 4.49:1 (light) and 1.22:1 (dark); wait it out
+    page.wait_for_function("document.querySelector('[data-testid=help]').getAnimations({subtree: true}).length === 0")
     help_text = page.inner_text("[data-testid=help]")
     # the job commit stages the server lists (the protocol's one list), the table transaction included
     for term in ("attempt A.T", "failed attempts", "denied attempts", "unfinished attempts", "generation",
@@ -308,6 +320,22 @@ def test_a_failed_job_commit_names_its_stage_and_error(browser, deployment, fail
     text = page.inner_text("[data-testid=commit-failure]")
     assert "in its plan stage: InvalidOutputSpec" in text, text
     assert "would replace existing file" in text and failed_commit["file"] in text, text
+    # every try fails the same way: the view says so (it said "the next commit resumes"), and gives the command
+    # that drops the job as code, whole and without the backticks of the API's sentence
+    assert "every try fails the same way" in text and "resumes" not in text, text
+    [command] = page.locator("[data-testid=next-steps] [data-testid=command]").all_inner_texts()
+    stage = _stage(deployment, "ui_v1", "badcommit")
+    assert command == next(w.split("`")[1] for w in stage["next_steps"] if "`" in w), command
+    assert command.startswith("airflow-commit abort ") and "`" not in page.inner_text("[data-testid=next-steps]")
+    # its options are never broken at their hyphens (the trial's screenshot showed '--' at a line's end and 'purge'
+    # on the next), in a box too narrow for the whole command
+    page.set_viewport_size({"width": 700, "height": 1100})
+    options = page.evaluate("""() => [...document.querySelectorAll('[data-testid=next-steps] [data-testid=command] span')]
+        .filter(s => s.textContent.startsWith('-')).map(s => [s.textContent, s.getClientRects().length])""")
+    assert page.locator("[data-testid=next-steps] [data-testid=command]").inner_text() == command  # unchanged
+    assert ["--purge", 1] in options and all(lines == 1 for _, lines in options), options
+    page.set_viewport_size({"width": 1440, "height": 1100})
+    _accessible(page, f"commit-failure-{theme}")
     _shoot(page, f"commit-failure-{theme}")
     page.context.close()
 

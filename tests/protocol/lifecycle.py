@@ -101,6 +101,8 @@ OLD_JOB = "old"
 OLD_TASK = 99
 #: the stores that are tables (on the local disk): the name is the table format
 TABLE_STORES = ("delta", "iceberg")
+#: object stores: no directories, listings by prefix (S3 on moto, GCS on fake-gcs-server, Azure on Azurite)
+OBJECT_STORES = ("s3", "gcs", "azure")
 ROWS_PER_PARTITION = 2
 COMMIT_POINTS = tuple(p for p in faults.POINTS if p.startswith("commit_job."))
 TABLE_COMMIT_POINTS = COMMIT_POINTS + faults.TABLE_POINTS
@@ -131,7 +133,7 @@ def partition_values() -> tuple[str | None, ...]:
 # ---------------------------------------------------------------------------------------------------- config
 @dataclass(frozen=True)
 class Config:
-    store: str = "memory"               # local | memory | s3 | delta | iceberg (tables on the local disk)
+    store: str = "memory"               # local | memory | s3 | gcs | azure | delta | iceberg (tables: local disk)
     algorithm: int | str = 1            # 1 | 2 | "magic" (S3)
     mode: str = "append"                # error | append | overwrite | dynamic
     tasks: int = 3
@@ -210,6 +212,14 @@ class Target:
             self.fs = _reader_s3fs()
             self.path = f"{bucket}/lc-{tag}/out"
             self.url = f"s3://{self.path}"
+        elif store in ("gcs", "azure"):
+            from airflow_commit_provider.protocol.stores.azure import azure_filesystem
+            from airflow_commit_provider.protocol.stores.gcs import gcs_filesystem
+
+            assert bucket, f"{store} targets need a bucket"
+            self.fs = gcs_filesystem() if store == "gcs" else azure_filesystem()
+            self.path = f"{bucket}/lc-{tag}/out"
+            self.url = f"{'gs' if store == 'gcs' else 'abfs'}://{self.path}"
         else:
             raise ValueError(f"unknown store {store!r}")
 
@@ -236,7 +246,7 @@ class Target:
                     except FileNotFoundError:
                         pass
             return out
-        if self.kind == "s3":
+        if self.kind in OBJECT_STORES:
             self.fs.invalidate_cache()
         try:
             found = self.fs.find(self.path, detail=True)
@@ -244,11 +254,11 @@ class Target:
             return out
         prefix = self.path.rstrip("/") + "/"
         for p, info in found.items():
-            p = p.lstrip("/") if self.kind == "s3" else p
-            if info.get("type") == "directory" or not p.startswith(prefix.lstrip("/") if self.kind == "s3"
+            p = p.lstrip("/") if self.kind in OBJECT_STORES else p
+            if info.get("type") == "directory" or not p.startswith(prefix.lstrip("/") if self.kind in OBJECT_STORES
                                                                     else prefix):
                 continue
-            rel = p[len(prefix.lstrip("/") if self.kind == "s3" else prefix):]
+            rel = p[len(prefix.lstrip("/") if self.kind in OBJECT_STORES else prefix):]
             if rel and not rel.endswith("/"):
                 out[rel] = int(info.get("size") or 0)
         return out
@@ -301,7 +311,7 @@ class Target:
         and S3 schedules are bounded by moto's ~5 ms per request)."""
         fs, path = self.fs, self.path
         mirror = None
-        if self.kind == "s3":
+        if self.kind in OBJECT_STORES:
             import fsspec
 
             visible = self.visible() if visible is None else visible

@@ -157,6 +157,16 @@ def _fs(root: str) -> tuple[Any, str]:
 
     if root.startswith("s3://"):  # never a cached listing: tests look at what is really there
         return fsspec.core.url_to_fs(root, use_listings_cache=False, skip_instance_cache=True)
+    if root.startswith("gs://"):  # the store's own file system (gcsfs's core one), uncached
+        from airflow_commit_provider.protocol.stores.gcs import gcs_filesystem
+
+        fs = gcs_filesystem({"use_listings_cache": False})
+        return fs, fs._strip_protocol(root)
+    if root.startswith(("abfs://", "az://")):
+        from airflow_commit_provider.protocol.stores.azure import azure_filesystem
+
+        fs = azure_filesystem({"use_listings_cache": False})
+        return fs, fs._strip_protocol(root)
     return fsspec.core.url_to_fs(root)
 
 

@@ -21,7 +21,7 @@ from airflow_commit_provider.protocol import (
     read_success_marker,
     run_task_attempt,
 )
-from airflow_commit_provider.protocol.maintenance.claims import InputClaims, newest
+from airflow_commit_provider.protocol.records.claims import InputClaims, newest
 from airflow_commit_provider.protocol.maintenance.compaction import CompactionPlan, compact
 
 from ..support import resume, wait_stopped

@@ -101,8 +101,8 @@ def test_the_job_records_decide_when_the_scheduler_cannot(tmp_path):
 
 def test_the_advice_abort_the_other_runs_job_gets_out(tmp_path, capsys):
     """A's workers are gone for good but its run is still "running": the refusal's way out is the command line's
-    purge of the job (an abort that works for no run); B's setup then starts the job afresh, and A's late tasks
-    write nothing."""
+    purge of the job with --force (an abort that works for no run; without it the command refuses a job whose run
+    it cannot see ended); B's setup then starts the job afresh, and A's late tasks write nothing."""
     from airflow_commit_provider.cli import main
 
     root = str(tmp_path / "out")
@@ -113,7 +113,10 @@ def test_the_advice_abort_the_other_runs_job_gets_out(tmp_path, capsys):
         b.setup_job(run_finished=lambda other: False)
     assert main(["inspect", root]) == 0   # which run owns the job, to wait for or to give up on
     assert "application attempt 0 owned by dag daily run scheduled__2024-05-01 (clear 0)" in capsys.readouterr().out
-    assert main(["abort", root, "--job", sc.JOB, "--purge"]) == 0
+    # A's run is "running" (or cannot be asked here): the command refuses it, and --force is the way given
+    assert main(["abort", root, "--job", sc.JOB, "--purge"]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert main(["abort", root, "--job", sc.JOB, "--purge", "--force"]) == 0
     b.setup_job(run_finished=lambda other: False)
     with pytest.raises(OverlappingRun):
         write(a, 1, 1, calls)

@@ -5,7 +5,6 @@ was before the record was typed) read, recovered and committed by this one."""
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shutil

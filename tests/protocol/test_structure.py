@@ -74,7 +74,7 @@ def test_the_steps_take_the_job_scope_never_the_committer():
     committer = "airflow_commit_provider.protocol.committer"
     steps = [m for m in edges if m.startswith("airflow_commit_provider.protocol.") and m != committer
              and not m.startswith(("airflow_commit_provider.protocol.maintenance",
-                                   "airflow_commit_provider.protocol.tasks.runner"))
+                                   "airflow_commit_provider.protocol.runner"))
              and m != "airflow_commit_provider.protocol"]
     reaching = sorted(m for m in steps if committer in edges[m])
     assert not reaching, f"{reaching} import the committer; give them the Job scope instead"
@@ -133,11 +133,11 @@ EXCLUSIVE_CREATES = {
     ("jobsetup", "create_job_record"): "a new job uuid; the answer is not used (the record is read back)",
     ("tasks.attempts", "_commit"): "the attempt (Airflow's try number) and the time of its commit",
     ("tasks.attempts", "recover"): "decides nothing: every adopter writes the same record and reads it back",
-    ("tasks.ledger", "try_claim"): "the attempt's record, or the word 'failed': every claimant of a failure "
+    ("ledger", "try_claim"): "the attempt's record, or the word 'failed': every claimant of a failure "
                                    "removes the attempt's files, which is idempotent",
     ("jobcommit.stages", "_fix"): "the commit's start time; a refused plan is read back and used",
     ("targetclaim", "take"): "the job and its generation; a refused claim is read back",
-    ("maintenance.claims", "_append"): "the generation and the time; the chain is read back",
+    ("records.claims", "_append"): "the generation and the time; the chain is read back",
     ("maintenance.compaction", "fix_plan"): "decides nothing: a refused plan is read back and used",
     ("maintenance.dedupjob", "_claim"): "a plan uuid, compared when read back",
     ("schemas", "hold_job_schema"): "decides nothing: every writer of one schema writes the same bytes; a refused "

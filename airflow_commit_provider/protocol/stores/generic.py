@@ -10,8 +10,7 @@ from typing import IO, Any
 
 from ..errors import InvalidOutputSpec, StorageCapabilityError
 from ..paths import is_hidden
-from .base import Store
-
+from .base import Store, by_directory
 
 _memory_lock = threading.Lock()
 
@@ -64,7 +63,7 @@ class FsspecStore(Store):
                 return
         raise StorageCapabilityError(
             f"{self.url()} ({type(self.fs).__name__}) offers no atomic create-if-absent, so commit coordination "
-            "cannot be guaranteed on it; supported: local disk, S3, memory")
+            "cannot be guaranteed on it; supported: local disk, S3, Google Cloud Storage, Azure Blob Storage, memory")
 
     def makedirs(self, rel: str) -> None:
         path = self._p(rel)
@@ -94,12 +93,8 @@ class FsspecStore(Store):
     def file_versions(self, rels: Sequence[str]) -> dict[str, tuple[int, str]]:
         """One detailed listing per directory; the version is the ETag where the file system has one (S3),
         else its modification or creation time."""
-        wanted: dict[str, set[str]] = {}
-        for rel in rels:
-            head, _, name = rel.rpartition("/")
-            wanted.setdefault(head, set()).add(name)
         out = {}
-        for head, names in wanted.items():
+        for head, names in by_directory(rels).items():
             try:
                 entries = self.fs.ls(self._p(head), detail=True)
             except FileNotFoundError:

@@ -10,24 +10,20 @@ fails with ``EXDEV`` half way through a commit.
 from __future__ import annotations
 
 import contextlib
-import functools
 import errno
+import functools
 import itertools
 import os
-import re
 import shutil
 import stat
-from collections.abc import Callable, Container, Iterable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Container, Iterable, Sequence
 from typing import IO
 
 from ..errors import InvalidOutputSpec
-from ..layout import COMMITS, TEMPORARY
 from ..parallel import parallel
-from ..paths import is_hidden
 from .base import Store
 from .durability import DirSync, fsync_file
-
+from .localtree import check_tree, sized, visible_entries, walk
 
 #: one read takes a whole record (records are a few hundred bytes; a manifest may be megabytes)
 _FIRST_READ = 1 << 16
@@ -246,65 +242,20 @@ class LocalStore(Store):
             return
         self._sync.changed(os.path.dirname(path))
 
-    def _walk(self, rel: str, visible_only: bool = False) -> Iterator[tuple[str, os.DirEntry[str]]]:
-        """Every file under *rel* as (path relative to rel, directory entry); hidden subtrees pruned on request."""
-        stack = [("", self._p(rel))]
-        while stack:
-            prefix, path = stack.pop()
-            try:
-                entries = list(os.scandir(path))
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            for entry in entries:
-                if visible_only and entry.name.startswith(("_", ".")):
-                    continue
-                name = f"{prefix}{entry.name}"
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append((name + "/", entry.path))
-                else:
-                    yield name, entry
-
     def list_files(self, rel: str = "", *, visible_only: bool = False) -> list[tuple[str, int]]:
-        return self._sized(self._walk(rel, visible_only))
-
-    @staticmethod
-    def _sized(walk: Iterator[tuple[str, os.DirEntry[str]]], skip: Container[str] = ()) -> list[tuple[str, int]]:
-        out: list[tuple[str, int]] = []
-        for name, entry in walk:
-            if name in skip:
-                continue
-            try:
-                out.append((name, entry.stat(follow_symlinks=False).st_size))
-            except FileNotFoundError:
-                continue
-        return out
+        return sized(walk(self._p(rel), visible_only))
 
     def list_names(self, rel: str) -> list[str]:
-        return [name for name, _ in self._walk(rel)]
+        return [name for name, _ in walk(self._p(rel))]
 
     def visible_names(self) -> list[str]:
-        return [name for name, _ in self._walk("", True)]
+        return [name for name, _ in walk(self.root, True)]
 
     def visible_files_except(self, skip: Container[str]) -> list[tuple[str, int]]:
-        return self._sized(self._walk("", True), skip)
-
-    def _visible_entries(self) -> Iterator[tuple[str, os.DirEntry[str]]]:
-        """Every entry of the directories readers see, depth first, as (its directory, entry): hidden entries are
-        yielded but never entered, nor are links."""
-        stack = [""]
-        while stack:
-            rel = stack.pop()
-            try:
-                entries = list(os.scandir(self._p(rel)))
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            for entry in entries:
-                yield rel, entry
-                if not entry.name.startswith(("_", ".")) and entry.is_dir(follow_symlinks=False):
-                    stack.append(f"{rel}/{entry.name}" if rel else entry.name)
+        return sized(walk(self.root, True), skip)
 
     def marker_dirs(self, name: str) -> list[str]:
-        return sorted(rel for rel, entry in self._visible_entries()
+        return sorted(rel for rel, entry in visible_entries(self.root)
                       if entry.name == name and not entry.is_dir(follow_symlinks=False))
 
     def list_dir(self, rel: str) -> list[str]:
@@ -475,7 +426,7 @@ class LocalStore(Store):
             return
         top = self._p(rel)
         dirs = [top]
-        files = [entry.path for _, entry in self._walk(rel)]
+        files = [entry.path for _, entry in walk(self._p(rel))]
         for path in files:
             head = os.path.dirname(path)
             while head != top and head not in dirs:
@@ -485,77 +436,5 @@ class LocalStore(Store):
         self._sync.now(*dirs)
 
     def check_tree(self, dirs: Iterable[str] = (), *, visible: bool = False) -> None:
-        """Refuse, naming the path, a tree the protocol could leave through: a symlink, or a directory on another
-        volume (a mount point), at or above any of *dirs* (the directories a step will create, move into or
-        delete under) or, with *visible*, anywhere in the tree readers see. The root itself may be a link (it is
-        where the table lives); nothing below it may. Called before the first visible change (set-up, the
-        commit plan, a v2 task commit), so that a move never follows a link out of the root, a deletion never
-        removes what a link pointed at, and a rename never fails with ``EXDEV`` after the markers are gone."""
-        try:
-            device = os.stat(self.root).st_dev
-        except FileNotFoundError:
-            return
-        except NotADirectoryError:   # a regular file above the root: no directory can ever be made there
-            blocker = next(p for p in Path(self.root).parents if p.exists())
-            raise InvalidOutputSpec(f"output root {self.url()} lies below {blocker}, which is a file, not a directory; "
-                                    "give a target whose parents are directories (nothing was changed)") from None
-        mount = next(iter(self._mounts_below()), None)
-        if mount is not None:
-            # a bind mount keeps the device number, yet rename(2) refuses to cross it (EXDEV) all the same
-            raise InvalidOutputSpec(
-                f"{self.url(mount)} is a mount point below the output root {self.url()}; renames cannot cross "
-                "mounts, so a commit could stop half way. Keep the whole output root, _temporary included, on one "
-                "mount; nothing was changed")
-        checked: set[str] = set()
-        for rel in dirs:
-            parts = [p for p in rel.split("/") if p]
-            for i in range(1, len(parts) + 1):
-                sub = "/".join(parts[:i])
-                if sub in checked:
-                    continue
-                checked.add(sub)
-                try:
-                    st = os.lstat(self._p(sub))
-                except FileNotFoundError:
-                    break  # created later, by the protocol, as a real directory of the root's volume
-                self._check_entry(sub, st, device)
-        if visible:
-            for rel, entry in self._visible_entries():
-                sub = f"{rel}/{entry.name}" if rel else entry.name
-                if is_hidden(entry.name) and sub not in (TEMPORARY, COMMITS):
-                    continue  # readers and the protocol never look there
-                if entry.is_symlink() or entry.is_dir(follow_symlinks=False):
-                    self._check_entry(sub, entry.stat(follow_symlinks=False), device)
-
-    def _mounts_below(self) -> list[str]:
-        """The mount points strictly below the root (relative paths), from ``/proc/self/mountinfo`` where the
-        system has one; the device check of :meth:`check_tree` covers the other systems."""
-        try:
-            with open("/proc/self/mountinfo", "rb") as fh:
-                lines = fh.read().decode("utf-8", "surrogateescape").splitlines()
-        except OSError:
-            return []
-        real = os.path.realpath(self.root).rstrip("/") + "/"
-        out = []
-        for line in lines:
-            fields = line.split(" ")
-            if len(fields) < 5:
-                continue
-            # the mount point is field 5, with space, tab, newline and backslash written as octal escapes
-            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[4])
-            if point.startswith(real):
-                out.append(point[len(real):])
-        return sorted(out)
-
-    def _check_entry(self, rel: str, st: os.stat_result, device: int) -> None:
-        if stat.S_ISLNK(st.st_mode):
-            target = os.readlink(self._p(rel))
-            raise InvalidOutputSpec(
-                f"{self.url(rel)} is a symbolic link (to {target}); the protocol never follows links below the "
-                "output root, where a move or deletion could reach outside it. Replace the link with a real "
-                "directory, or make the link's target the output root; nothing was changed")
-        if stat.S_ISDIR(st.st_mode) and st.st_dev != device:
-            raise InvalidOutputSpec(
-                f"{self.url(rel)} is on another volume than the output root {self.url()} (device {st.st_dev}, "
-                f"not {device}); renames cannot cross volumes, so a commit could stop half way. Keep the whole "
-                "output root, _temporary included, on one file system; nothing was changed")
+        """Refuse, naming the path, a tree the protocol could leave through (:func:`.localtree.check_tree`)."""
+        check_tree(self.root, self.url, dirs, visible=visible)

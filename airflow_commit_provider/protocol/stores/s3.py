@@ -19,8 +19,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..parallel import parallel
 from ..paths import is_hidden
+from .base import copy_then_delete
 from .generic import FsspecStore
 
 #: S3's minimum size of every part of a multipart upload but the last.
@@ -272,20 +272,8 @@ class S3Store(FsspecStore):
 
     def publish_files(self, moves: Sequence[tuple[str, str, int | None]], threads: int,
                       after_each: Callable[[], None]) -> None:
-        """Copy every file (parallel), then delete the sources 1,000 per request. A crash in between copies
-        again on resume (the sources are still there): same result, no loss."""
-        def copy(item: tuple[str, str, int | None]) -> None:
-            src, dst, size = item
-            try:
-                self.copy_file(src, dst, size)
-            except FileNotFoundError:
-                if not self.exists(dst):
-                    raise
-                return
-            after_each()
-
-        parallel(copy, list(moves), threads)
-        self.delete_files([src for src, _, _ in moves])
+        """Copy every file, then delete the sources 1,000 per request (:func:`~.base.copy_then_delete`)."""
+        copy_then_delete(self, self.copy_file, moves, threads, after_each)
 
     def delete_tree(self, rel: str) -> None:
         self.delete_files([f"{rel}/{p}" for p, _ in self.list_files(rel)])

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InvalidOutputSpec
-from ..stores import process_local
+from ..stores import AZURE_SCHEMES, GCS_SCHEMES, process_local, target_scheme
 from .common import FORMATS, DataFile, GenerationSuperseded, JobTag, SchemaMismatch, TableCommit, TableTarget
 
 
@@ -31,6 +31,7 @@ def table_target(table_format: str, location: str | None = None, *, table_name: 
     different places, and either lives in one process only."""
     if process_local(location) or (isinstance(catalog, Mapping) and process_local(catalog.get("warehouse"))):
         raise _memory_table(table_format, location if process_local(location) else catalog["warehouse"])
+    check_table_location(table_format, location)
     if table_format == "delta":
         if not location:
             raise InvalidOutputSpec("table_format='delta' needs the table's location as target")
@@ -47,6 +48,16 @@ def table_target(table_format: str, location: str | None = None, *, table_name: 
     raise InvalidOutputSpec(f"unknown table_format {table_format!r}: use one of {', '.join(FORMATS)}")
 
 
+def check_table_location(table_format: str, location: Any) -> None:
+    """Tables live on a local disk or S3: on Google Cloud Storage or Azure the format library would write the
+    table's log with credentials of its own, not the connection's the stage's files go through (only S3's are
+    handed to delta-rs and pyiceberg), so a table there is refused before anything is made."""
+    if target_scheme(location) in GCS_SCHEMES + AZURE_SCHEMES:
+        raise InvalidOutputSpec(
+            f"a {table_format} table on {location!r} is not supported: tables are committed on a local path or on "
+            f"s3://bucket/prefix. There write a directory of files (no table_format), which commits exactly once")
+
+
 def _memory_table(table_format: str, where: Any) -> InvalidOutputSpec:
     return InvalidOutputSpec(
         f"a {table_format} table on {where!r} is refused: memory:// lives inside one process, and the table "
@@ -55,4 +66,4 @@ def _memory_table(table_format: str, where: Any) -> InvalidOutputSpec:
 
 
 __all__ = ["FORMATS", "DataFile", "GenerationSuperseded", "JobTag", "SchemaMismatch", "TableCommit", "TableTarget",
-           "table_target"]
+           "check_table_location", "table_target"]

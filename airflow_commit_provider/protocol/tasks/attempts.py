@@ -17,19 +17,19 @@ from typing import Any
 import pyarrow as pa
 
 from .. import records
-from .context import TaskAttemptContext, file_prefix
-from .ledger import COMMITTING, FAILED
 from ..config import check_number
 from ..errors import CommitDenied, CorruptRecord, InvalidOutputSpec, TaskInputsChanged
 from ..faults import inject
-from ..paths import partition_of
 from ..job import Job
+from ..ledger import COMMITTING, FAILED
+from ..paths import partition_of
 from ..records.job import JobRecord
 from ..records.refused import RefusedTasks
 from ..records.task import TaskCommitRecord
 from ..schemas import hold_job_schema, schema_digest
 from ..tables.common import SchemaMismatch
 from ..timing import timed
+from .context import TaskAttemptContext, file_prefix
 
 log = logging.getLogger(__name__)
 

@@ -42,3 +42,34 @@ with DAG("view_truth_refused", schedule=None, start_date=datetime(2024, 1, 1), c
     # mode "error": a target that holds anything refuses the setup (a test puts a file there)
     commit_stage("write", target=os.path.join(ROOT, "view_truth_refused"), python_callable=shard_rows,
                  expand_op_kwargs=[{}], mode="error", shards_per_task=2)
+
+
+def abort_from_inside(task_number: int, ti) -> pa.Table:
+    """Runs ``airflow-commit abort --purge`` on its own job while the run is live (a person at 3 a.m. who took the
+    job for a dead one), as a process of its own, and keeps its exit code and error for the test."""
+    import json
+    import subprocess
+    import sys
+
+    from airflow_commit_provider.operators.identity import make_job_id
+
+    done = subprocess.run([sys.executable, "-m", "airflow_commit_provider.cli", "abort",
+                           os.path.join(ROOT, "view_truth_live_abort"), "--job",
+                           make_job_id(ti.dag_id, ti.run_id, "write"), "--purge"],
+                          capture_output=True, text=True, timeout=300)
+    with open(os.path.join(WORK, "live-abort.json"), "w") as fh:
+        json.dump({"code": done.returncode, "stdout": done.stdout, "stderr": done.stderr}, fh)
+    return shard_rows(0, task_number, ti)
+
+
+with DAG("view_truth_live_abort", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
+         tags=["airflow-commit-provider-tests"]) as view_truth_live_abort:
+    commit_stage("write", target=os.path.join(ROOT, "view_truth_live_abort"), python_callable=abort_from_inside,
+                 expand_op_kwargs=[{}], mode="append")
+
+
+with DAG("view_truth_purged", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
+         tags=["airflow-commit-provider-tests"]) as view_truth_purged:
+    # purge_on_failure: the failed run's teardown removes the job, records and committed shards included
+    commit_stage("write", target=os.path.join(ROOT, "view_truth_purged"), python_callable=shard_rows,
+                 expand_op_kwargs=[{}], mode="append", shards_per_task=2, purge_on_failure=True)

@@ -1,9 +1,9 @@
 // The read model the plugin's FastAPI app serves (plugins/read_model.py), and how to fetch it.
 
-export type StageState = "absent" | "refused" | "running" | "committing" | "committed" | "failed" | "unreadable";
+export type StageState = "purged" | "refused" | "running" | "committing" | "committed" | "failed" | "unreadable";
 export type TaskStatus =
   | "committed" | "recovered" | "kept" | "withdrawn" | "committing" | "running" | "retrying" | "failed" | "unfinished"
-  | "waiting";
+  | "waiting" | "refused";
 
 export interface CommitStageTime { name: string; seconds: number }
 /** A job commit stage and what it does: the server's list (the protocol's one home for the names), in run order. */
@@ -36,6 +36,9 @@ export interface Stage {
   total_seconds: number | null;
   aborted: Abort | null;
   commit_failure: CommitFailure | null;
+  /** the one action that gets the stage out of its state (plugins/advice.py), and how, in sentences */
+  action: "none" | "wait" | "clear_failed_tasks" | "clear_run" | "clear_commit_task" | "new_job" | "fix_setup"
+    | "check_storage";
   next_steps: string[];
   partial_output_visible: boolean;
   files_total: number;

@@ -3,17 +3,18 @@
 import type { StageState, TaskStatus } from "./api";
 
 export const STAGE_COLORS: Record<StageState, string> = {
-  absent: "gray", committed: "green", committing: "orange", failed: "red", refused: "red", running: "blue",
+  purged: "orange", committed: "green", committing: "orange", failed: "red", refused: "red", running: "blue",
   unreadable: "red",
 };
 
 export const STATUS_COLORS: Record<TaskStatus, string> = {
-  committed: "green", committing: "orange", failed: "red", kept: "cyan", recovered: "teal", retrying: "yellow", running: "blue",
-  unfinished: "purple", waiting: "gray", withdrawn: "orange",
+  committed: "green", committing: "orange", failed: "red", kept: "cyan", recovered: "teal", refused: "red", retrying: "yellow",
+  running: "blue", unfinished: "purple", waiting: "gray", withdrawn: "orange",
 };
 
 export const STATUS_ORDER: TaskStatus[] = [
-  "committed", "recovered", "kept", "committing", "running", "retrying", "waiting", "unfinished", "withdrawn", "failed",
+  "committed", "recovered", "kept", "committing", "running", "retrying", "waiting", "unfinished", "withdrawn", "refused",
+  "failed",
 ];
 
 export const STATUS_HELP: Record<TaskStatus, string> = {
@@ -22,6 +23,8 @@ export const STATUS_HELP: Record<TaskStatus, string> = {
   failed: "no attempt of the task committed, and no try of it can follow: Airflow's task failed",
   kept: "committed, and kept hidden under _temporary by the failed run's teardown: a clear recovers it",
   recovered: "committed in an earlier application attempt and adopted without running your code",
+  refused: "committed, but a job commit refused its files for good (e.g. another schema): a clear of the whole run "
+    + "runs it again with the code of then; it is not recovered",
   retrying: "a try failed; Airflow runs the next one, which first records the failed one failed",
   running: "a try is set up and has no fate yet: it is writing",
   unfinished: "a try was set up and has no fate: killed, or a zombie; the next try or the teardown records it failed",

@@ -1,6 +1,7 @@
 // A stage's summary, first on the page: state, what to do next, counts per status, progress while it writes,
 // totals, and the job commit's stages.
-import { Alert, Badge, Box, DataList, HStack, Heading, Progress, Stat, Text } from "@chakra-ui/react";
+import { Alert, Badge, Box, Code, DataList, HStack, Heading, Progress, Stat, Text } from "@chakra-ui/react";
+import { Fragment } from "react";
 
 import type { CommitStageName, Stage } from "../api";
 import { formatBytes, formatNumber } from "../format";
@@ -17,6 +18,32 @@ const numbers = (ns: number[]): string => {
   if (ns.length === 1) return `task ${ns[0]}`;
   return `tasks ${ns.slice(0, -1).join(", ")} and ${ns[ns.length - 1]}`;
 };
+
+/** A command's words, an option (``--purge``) never broken at its hyphens: browsers break lines after a hyphen,
+ * which showed ``--`` at a line's end and ``purge`` on the next. Long paths may still wrap anywhere. */
+const CommandWords = ({ command }: { readonly command: string }) => (
+  <span>{/* one item of the Code box (a flex box): the words flow and wrap as text inside it */}
+    {command.split(" ").map((word, i) => (
+      <Fragment key={i}>
+        {i ? " " : ""}
+        {word.startsWith("-") ? <span style={{ whiteSpace: "nowrap" }}>{word}</span> : word}
+      </Fragment>
+    ))}
+  </span>
+);
+
+/** A sentence of advice with its `commands` set as code: selectable whole, without the backticks around them. */
+const Step = ({ text }: { readonly text: string }) => (
+  <Alert.Description>
+    {text.split("`").map((part, i) => (i % 2
+      ? (
+        <Code data-testid="command" key={i} overflowWrap="anywhere" size="sm" whiteSpace="pre-wrap">
+          <CommandWords command={part} />
+        </Code>
+      )
+      : part))}
+  </Alert.Description>
+);
 
 export const StageHeader = ({ stage }: { readonly stage: Stage }) => (
   <HStack gap="3">
@@ -59,11 +86,12 @@ export const StageSummary = ({ stage, zone, commitStages }: {
   return (
     <Box display="flex" flexDirection="column" gap="4">
       {stage.next_steps.length ? (
-        <Alert.Root data-testid="next-steps" status={stage.state === "failed" ? "warning" : "info"} variant="subtle">
+        <Alert.Root data-testid="next-steps" status={["failed", "refused", "purged"].includes(stage.state) ? "warning" : "info"}
+          variant="subtle">
           <Alert.Indicator />
           <Alert.Content>
             <Alert.Title>What to do</Alert.Title>
-            {stage.next_steps.map((s) => <Alert.Description key={s}>{s}</Alert.Description>)}
+            {stage.next_steps.map((s) => <Step key={s} text={s} />)}
           </Alert.Content>
         </Alert.Root>
       ) : undefined}
@@ -74,7 +102,9 @@ export const StageSummary = ({ stage, zone, commitStages }: {
           <Alert.Description>
             The last job commit failed{stage.commit_failure.at ? ` at ${formatTime(stage.commit_failure.at, zone)}` : ""}
             {" "}in its {stage.commit_failure.stage} stage: {stage.commit_failure.error}: {stage.commit_failure.message}.
-            Nothing it had not finished is visible; the next commit resumes or starts it again.
+            {stage.action === "new_job"
+              ? " Nothing of it is visible; every try fails the same way (see What to do)."
+              : " Nothing it had not finished is visible; the next commit resumes or starts it again."}
           </Alert.Description>
         </Alert.Root>
       ) : undefined}

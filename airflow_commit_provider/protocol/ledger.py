@@ -19,11 +19,11 @@ record: it relies on the AM to kill attempts, which Airflow cannot do to a zombi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
 
-from ..layout import JobLayout, parse_attempt_name
-from ..stores import Store
+from .layout import JobLayout, parse_attempt_name
+from .stores import Store
 
 COMMITTING = "committing"
 FAILED = "failed"
@@ -99,21 +99,21 @@ class AttemptLedger:
         first, then the visible files), so that the attempt can never present its commit again."""
         self.store.write_bytes(self.layout.attempt_claim(app, task, attempt), FAILED.encode())
 
-    def traces(self, app: int, task: int | None = None,
-               known: Mapping[tuple[int, int], str] | None = None) -> list[AttemptTrace]:
+    def traces(self, app: int, task: int | None = None, leave_out: Collection[str] = ()) -> list[AttemptTrace]:
         """Every attempt of the application attempt (of one *task* only, when given) with its fate: one listing
-        (two on the local disk: the work directories too, see :meth:`start`), and one read per fate not in *known*
-        (``(task, attempt) -> fate`` the caller already has, e.g. winners)."""
-        known = known or {}
+        (two on the local disk: the work directories too, see :meth:`start`), and one read per fate. *leave_out*:
+        names (:func:`~.layout.attempt_name`) of attempts the caller does not want, neither parsed nor read: job
+        commit's winners, 10,000 of them, whose fate it knows."""
         directory = self.layout.attempts_dir(app)
         prefix = f"attempt_{task:05d}_" if task is not None else "attempt_"
         started: set[tuple[int, int]] = set()
-        fates: dict[tuple[int, int], str | None] = {}
         unread: list[tuple[int, int]] = []
         parsed: dict[str, tuple[int, int] | None] = {}  # mark, claim, work directory: one name, parsed once
         for name in self.store.list_dir_prefix(directory, prefix):
             is_mark = name.endswith(STARTED_SUFFIX)
             base = name[: -len(STARTED_SUFFIX)] if is_mark else name
+            if base in leave_out:
+                continue
             key = parsed.get(base, False)
             if key is False:
                 key = parsed[base] = parse_attempt_name(base)
@@ -121,17 +121,18 @@ class AttemptLedger:
                 continue
             if is_mark:
                 started.add(key)
-            elif key in known:
-                fates[key] = known[key]
             else:
                 unread.append(key)
         if self.store.has_directories:   # work directories are traces there (see :meth:`start`)
             for name in self.store.list_dir_prefix(self.layout.work_root(app), prefix):
+                if name in leave_out:
+                    continue
                 key = parsed.get(name, False)   # the attempt's claim or mark was parsed already, as a rule
                 if key is False:
                     key = parse_attempt_name(name)
                 if key is not None:
                     started.add(key)
+        fates: dict[tuple[int, int], str | None] = {}
         for key in unread:
             try:
                 fates[key] = fate_of(self.store.read_bytes(self.layout.attempt_claim(app, *key)))

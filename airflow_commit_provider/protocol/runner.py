@@ -10,10 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..committer import FileOutputCommitter
-from ..errors import CommitDenied, JobAlreadyCommitted
-from ..timing import timed
-from .writer import TaskAttemptWriter
+from .committer import FileOutputCommitter
+from .errors import CommitDenied, JobAlreadyCommitted
+from .tasks.writer import TaskAttemptWriter
+from .timing import timed
 
 
 @dataclass

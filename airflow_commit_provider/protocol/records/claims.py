@@ -43,9 +43,9 @@ from dataclasses import dataclass
 from .. import records
 from ..errors import CorruptRecord, InputsClaimed
 from ..faults import inject
-from ..records.job import JobRecord
 from ..layout import CLAIMS, TEMPORARY, JobLayout
 from ..stores import Store
+from .job import JobRecord
 
 KIND = "input-claim"
 #: how often a claimant re-reads a chain that others keep appending to before it gives up (refuses)

@@ -1,0 +1,88 @@
+"""Compaction, the command line and the parse-time refusals on the object stores beside S3 (tests/clouds).
+
+Compaction's claims and its input check rest on the store's create-if-absent and its versions (GCS generations,
+Azure ETags); ``airflow-commit`` reaches the store through the stages' Airflow connection; ``algorithm="magic"``
+and table formats are refused for such a target where the DAG is parsed."""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_commit_provider.protocol import InvalidOutputSpec, make_committer, read_success_marker, run_task_attempt
+from ..cli.test_cli import as_json, cli
+from ..protocol import compaction_tables as tables
+from ..protocol import compaction_worker as worker
+from ..protocol import scenario as sc
+from ..protocol.test_compaction import resume, wait_stopped
+
+
+def small_table(cloud, root: str) -> Counter:
+    fs, ids = cloud.filesystem(), Counter()
+    path = fs._strip_protocol(root)
+    for day in ("d0", "d1"):
+        for i in range(4):
+            rows = [(day == "d1") * 100 + i * 10 + k for k in range(5)]
+            with fs.open(f"{path}/day={day}/small-{i}.parquet", "wb") as fh:
+                pq.write_table(pa.table({"id": pa.array(rows, pa.int64())}), fh, compression="none")
+            ids.update((r, day) for r in rows)
+    return ids
+
+
+def test_compaction_killed_between_deletion_and_publication_then_rerun(cloud, bucket):
+    root = cloud.root(bucket, "table")
+    before = small_table(cloud, root)
+    killed = worker.run(root, "compact", 1, faults="commit_job.mid_delete=kill")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    sc.check_no_duplicates(sc.read_rows(root))
+    again = worker.run(root, "compact", 2)
+    assert again.returncode == 0, again.stderr
+    assert tables.rows(root) == before
+    read_success_marker(root, fs=cloud.filesystem(), verify_files=True)
+    assert len(sc.visible_files(root)) == 2
+    assert not [f for f in sc.all_files(root) if f.startswith("_temporary/") and "_trash" not in f]
+
+
+def test_overlapping_compactions_one_commits_the_other_refuses(cloud, bucket):
+    root = cloud.root(bucket, "overlap")
+    before = small_table(cloud, root)
+    first = worker.start(root, "compact-first", 1, faults="compact.after_plan=stop")
+    wait_stopped(first)
+    second = worker.run(root, "compact-second", 1)
+    assert second.returncode == worker.REFUSED and "compact-first" in second.stderr, second.stderr
+    code, _, err = resume(first)
+    assert code == 0, err
+    assert tables.rows(root) == before
+
+
+def test_the_command_line_inspects_verifies_and_purges_through_the_connection(cloud, bucket):
+    root = cloud.root(bucket, "events")
+    done = make_committer(root, "done", mode="append")
+    done.setup_job()
+    run_task_attempt(done, 0, 1, lambda w: w.write(pa.table({"x": [1]})))
+    done.commit_job(expected_tasks=1)
+    failed = make_committer(root, "failed", mode="append")
+    failed.setup_job()
+    run_task_attempt(failed, 0, 1, lambda w: w.write(pa.table({"x": [2]})))
+    failed.abort_job(keep_committed=True)   # the failed run's teardown: its committed task kept for a clear
+
+    jobs = {j["job_id"]: j for j in as_json("inspect", root, "--conn-id", cloud.conn_id)["jobs"]}
+    assert jobs["failed"]["recoverable_tasks"] == [0]
+    assert as_json("verify", root, "--conn-id", cloud.conn_id)["ok"]
+    assert "removed: job failed (failed)" in cli("gc", root, "--apply", "--conn-id", cloud.conn_id).stdout
+    assert [j["job_id"] for j in as_json("inspect", root, "--conn-id", cloud.conn_id)["jobs"]] == ["done"]
+    assert sorted(r["x"] for r in sc.read_rows(root)) == [1], "the committed job's rows stay, once"
+
+
+@pytest.mark.parametrize("scheme", ["gs", "abfs", "az"])
+@pytest.mark.parametrize("args", [{"algorithm": "magic"}, {"table_format": "delta"}, {"table_format": "iceberg",
+                                                                                     "table_name": "ns.t"}])
+def test_what_the_store_cannot_do_is_refused_where_the_dag_is_parsed(scheme, args):
+    from airflow_commit_provider.operators import commit_stage
+
+    with pytest.raises(InvalidOutputSpec, match=f"{scheme}://lake/events"):
+        commit_stage("load", target=f"{scheme}://lake/events", python_callable=lambda: None, **args)
