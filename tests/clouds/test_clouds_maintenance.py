@@ -18,7 +18,6 @@ from ..cli.test_cli import as_json, cli
 from ..protocol import compaction_tables as tables
 from ..protocol import compaction_worker as worker
 from ..protocol import scenario as sc
-from ..protocol.test_compaction import resume, wait_stopped
 
 
 def small_table(cloud, root: str) -> Counter:
@@ -50,12 +49,7 @@ def test_compaction_killed_between_deletion_and_publication_then_rerun(cloud, bu
 def test_overlapping_compactions_one_commits_the_other_refuses(cloud, bucket):
     root = cloud.root(bucket, "overlap")
     before = small_table(cloud, root)
-    first = worker.start(root, "compact-first", 1, faults="compact.after_plan=stop")
-    wait_stopped(first)
-    second = worker.run(root, "compact-second", 1)
-    assert second.returncode == worker.REFUSED and "compact-first" in second.stderr, second.stderr
-    code, _, err = resume(first)
-    assert code == 0, err
+    worker.overlapping_compactions_one_commits(root)
     assert tables.rows(root) == before
 
 

@@ -40,6 +40,19 @@ def start_write(root: str, job: str, algorithm: int, first_id: int, days: tuple[
                             env=worker_env(faults))
 
 
+def overlapping_compactions_one_commits(root: str) -> None:
+    """A compaction stopped after its plan while a second one over the same files runs: the second is refused
+    naming the first, and the first, resumed, commits."""
+    from ..support import resume, wait_stopped
+
+    first = start(root, "compact-first", 1, faults="compact.after_plan=stop")
+    wait_stopped(first)
+    second = run(root, "compact-second", 1)
+    assert second.returncode == REFUSED and "compact-first" in second.stderr, second.stderr
+    code, _, err = resume(first)
+    assert code == 0, err
+
+
 def worker_env(faults: str, env: dict[str, str] | None = None) -> dict[str, str]:
     import os
 

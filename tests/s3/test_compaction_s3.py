@@ -15,7 +15,6 @@ from airflow_commit_provider.protocol.stores import store_for
 from ..protocol import compaction_tables as tables
 from ..protocol import compaction_worker as worker
 from ..protocol import scenario as sc
-from ..protocol.test_compaction import resume, wait_stopped
 
 
 def small_table(s3fs_fs, root: str) -> Counter:
@@ -52,12 +51,7 @@ def test_s3_compaction_killed_between_deletion_and_publication_then_rerun(bucket
 def test_s3_overlapping_compactions_one_commits_the_other_refuses(bucket, s3fs_fs):
     root = f"s3://{bucket}/overlap"
     before = small_table(s3fs_fs, root)
-    first = worker.start(root, "compact-first", 1, faults="compact.after_plan=stop")
-    wait_stopped(first)
-    second = worker.run(root, "compact-second", 1)
-    assert second.returncode == worker.REFUSED and "compact-first" in second.stderr, second.stderr
-    code, _, err = resume(first)
-    assert code == 0, err
+    worker.overlapping_compactions_one_commits(root)
     assert tables.rows(root) == before
     read_success_marker(root, verify_files=True)
     assert not leftovers(s3fs_fs, root)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Container, Iterable, Sequence
-from typing import IO
+from typing import IO, Any
 
 from ..parallel import parallel
 from ..paths import is_hidden, partition_of
@@ -306,20 +306,33 @@ def by_directory(rels: Iterable[str]) -> dict[str, set[str]]:
     return wanted
 
 
-def copy_then_delete(store: Store, copy_file: Callable[[str, str, int | None], None],
-                     moves: Sequence[tuple[str, str, int | None]], threads: int, after_each: Callable[[], None]) -> None:
-    """Publishing where a store has no rename: copy every file (parallel; a source already gone whose copy is
-    there was moved by an earlier try), then delete the sources (the store batches them). A crash in between
-    copies again on resume (the sources are still there): same result, no loss."""
-    def copy(item: tuple[str, str, int | None]) -> None:
-        src, dst, size = item
-        try:
-            copy_file(src, dst, size)
-        except FileNotFoundError:
-            if not store.exists(dst):
-                raise
-            return
-        after_each()
+class CopyPublishing:
+    """Publishing and deleting where a store has no rename and deletes in batches (object stores): mixed in before
+    :class:`Store`. A store says how many keys one delete request takes (:attr:`delete_batch`)."""
 
-    parallel(copy, list(moves), threads)
-    store.delete_files([src for src, _, _ in moves])
+    #: keys one batched delete request takes
+    delete_batch = 100
+
+    def delete_many(self: Any, rels: Sequence[str], threads: int, after_each: Callable[[], None]) -> None:
+        """A batch per request; *after_each* after each request."""
+        for i in range(0, len(rels), self.delete_batch):
+            self.delete_files(list(rels[i:i + self.delete_batch]))
+            after_each()
+
+    def publish_files(self: Any, moves: Sequence[tuple[str, str, int | None]], threads: int,
+                      after_each: Callable[[], None]) -> None:
+        """Copy every file (parallel; a source already gone whose copy is there was moved by an earlier try), then
+        delete the sources in batches. A crash in between copies again on resume (the sources are still there):
+        same result, no loss."""
+        def copy(item: tuple[str, str, int | None]) -> None:
+            src, dst, size = item
+            try:
+                self.copy_file(src, dst, size)
+            except FileNotFoundError:
+                if not self.exists(dst):
+                    raise
+                return
+            after_each()
+
+        parallel(copy, list(moves), threads)
+        self.delete_files([src for src, _, _ in moves])

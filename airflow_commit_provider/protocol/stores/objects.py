@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import threading
 from abc import abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..paths import is_hidden
-from .base import by_directory, copy_then_delete
+from .base import CopyPublishing, by_directory
 from .generic import FsspecStore
 
 
@@ -25,14 +25,12 @@ def fresh_filesystem(cls: type, options: Mapping[str, Any] | None) -> Any:
     return cls(**kwargs)
 
 
-class FsspecObjectStore(FsspecStore):
+class FsspecObjectStore(CopyPublishing, FsspecStore):
     """An output root in a bucket or container of an fsspec object store."""
 
     default_commit_threads = 16
     lists_by_prefix = True
     resends_requests = True
-    #: objects one delete request takes (the store's batch)
-    delete_batch = 100
     #: the keys of a listing entry that name the object's version, in order of preference
     version_keys: tuple[str, ...] = ("etag",)
 
@@ -159,17 +157,6 @@ class FsspecObjectStore(FsspecStore):
             except FileNotFoundError:   # none of them was there (any other error is raised first)
                 pass
             self.fs.invalidate_cache()
-
-    def delete_many(self, rels: Sequence[str], threads: int, after_each: Callable[[], None]) -> None:
-        """A batch at a time; *after_each* after each batch."""
-        for i in range(0, len(rels), self.delete_batch):
-            self.delete_files(list(rels[i:i + self.delete_batch]))
-            after_each()
-
-    def publish_files(self, moves: Sequence[tuple[str, str, int | None]], threads: int,
-                      after_each: Callable[[], None]) -> None:
-        """Copy every file, then delete the sources in batches (:func:`~.base.copy_then_delete`)."""
-        copy_then_delete(self, self.copy_file, moves, threads, after_each)
 
     def delete_tree(self, rel: str) -> None:
         self.delete_files([f"{rel}/{p}" for p, _ in self.list_files(rel)])

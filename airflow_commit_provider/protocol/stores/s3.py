@@ -16,11 +16,11 @@ import hashlib
 import io
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..paths import is_hidden
-from .base import copy_then_delete
+from .base import CopyPublishing
 from .generic import FsspecStore
 
 #: S3's minimum size of every part of a multipart upload but the last.
@@ -89,10 +89,12 @@ def _rewind_part(params: dict[str, Any], **_: Any) -> None:
         body.seek(0)
 
 
-class S3Store(FsspecStore):
+class S3Store(CopyPublishing, FsspecStore):
     """An output root on S3 (any s3fs file system: from an Airflow connection or built directly)."""
 
     default_commit_threads = 16
+    #: DeleteObjects takes 1,000 keys
+    delete_batch = 1000
     lists_by_prefix = True
     resends_requests = True
 
@@ -263,17 +265,6 @@ class S3Store(FsspecStore):
         for i in range(0, len(rels), 1000):
             batch = [{"Key": self.key(r)} for r in rels[i:i + 1000]]
             self._client_call("delete_objects", Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
-
-    def delete_many(self, rels: Sequence[str], threads: int, after_each: Callable[[], None]) -> None:
-        """DeleteObjects, 1,000 keys a request; *after_each* after each request."""
-        for i in range(0, len(rels), 1000):
-            self.delete_files(list(rels[i:i + 1000]))
-            after_each()
-
-    def publish_files(self, moves: Sequence[tuple[str, str, int | None]], threads: int,
-                      after_each: Callable[[], None]) -> None:
-        """Copy every file, then delete the sources 1,000 per request (:func:`~.base.copy_then_delete`)."""
-        copy_then_delete(self, self.copy_file, moves, threads, after_each)
 
     def delete_tree(self, rel: str) -> None:
         self.delete_files([f"{rel}/{p}" for p, _ in self.list_files(rel)])
