@@ -12,9 +12,9 @@ run computes the output again, asks again, and the approval publishes it.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
+import traceback
 from collections import Counter
 from datetime import datetime, timezone
 
@@ -25,7 +25,7 @@ from airflow_commit_provider.protocol import faults, read_success_marker
 
 from ..conftest import TEST_ROOT, TEST_WORK, fresh_test_dags
 from ..protocol import scenario as sc
-from .test_lineage import _run_dags
+from .openlineage_runs import run_dags
 
 pytestmark = pytest.mark.airflow
 
@@ -110,12 +110,17 @@ def test_a_failed_audit_publishes_nothing_and_the_clear_reruns_only_the_blamed_s
 
 
 def _hitl_client():
-    """Airflow's core REST API in this process (every user an admin), as the UI's "Required actions" calls it."""
-    from airflow.api_fastapi.app import create_app
+    """Airflow's core REST API in this process, as the UI's "Required actions" calls it: signed in as an admin of
+    the simple auth manager with a token it issued (its all-admins switch does not let a token-less PATCH through on
+    Airflow 3.1)."""
+    from airflow.api_fastapi.app import create_app, get_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
     from fastapi.testclient import TestClient
 
-    os.environ["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS"] = "True"
-    return TestClient(create_app())
+    client = TestClient(create_app())
+    token = get_auth_manager().generate_jwt(SimpleAuthManagerUser(username="approver", role="admin"))
+    client.headers["Authorization"] = f"Bearer {token}"
+    return client
 
 
 def _answer_when_asked(dag_id: str, task_id: str, choice: str, seen: dict) -> None:
@@ -149,8 +154,14 @@ def _answer_when_asked(dag_id: str, task_id: str, choice: str, seen: dict) -> No
 
 def _run_answered(example, choice: str, when: datetime) -> tuple:
     seen: dict = {}
-    helper = threading.Thread(target=_answer_when_asked,
-                              args=("commit_audit_approval", "load_for_review.approve", choice, seen))
+
+    def answer() -> None:   # the thread's exception, if any, fails the test with its traceback
+        try:
+            _answer_when_asked("commit_audit_approval", "load_for_review.approve", choice, seen)
+        except BaseException:
+            seen["error"] = traceback.format_exc()
+
+    helper = threading.Thread(target=answer)
     helper.start()
     dr = example.approval_dag.test(logical_date=when, run_after=when)
     helper.join(timeout=30)
@@ -185,6 +196,7 @@ def test_hand_wired_sharded_and_keyed_stages_are_audited_and_report_data_quality
     written by the file transport): every stage commits with the verdict in ``_SUCCESS``; the keyed stage's second
     generation is audited again (its own verdict) and replaces the first; each commit's output, and each audit
     task's input, carries the data-quality facets."""
+    pytest.importorskip("airflow.providers.openlineage", reason="the optional openlineage extra is not installed")
     fresh_test_dags("commit_test_dags")   # empties the outputs and control files of earlier tests
     runs = """
         from datetime import datetime, timezone
@@ -192,7 +204,7 @@ def test_hand_wired_sharded_and_keyed_stages_are_audited_and_report_data_quality
             when = datetime(2024, 6, day, tzinfo=timezone.utc)
             print("STATE", audit_test_dags.audit_styles.test(logical_date=when, run_after=when).state)
     """
-    proc, events = _run_dags("audit_test_dags", runs, TEST_WORK / "openlineage-audit.jsonl")
+    proc, events = run_dags("audit_test_dags", runs, TEST_WORK / "openlineage-audit.jsonl")
     assert proc.stdout.count("STATE success") == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     root = TEST_ROOT / "audit_styles"
     for stage, rows in (("ops", 15), ("shards", 20), ("keyed", 10)):

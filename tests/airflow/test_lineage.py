@@ -10,20 +10,16 @@ the integration is optional and nothing of it is imported when it is absent.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
 from airflow_commit_provider.operators.lineage import dataset_name
 from airflow_commit_provider.protocol import read_success_marker
 
-from ..conftest import DAGS_FOLDER, REPO, TEST_ROOT, TEST_WORK
+from ..conftest import TEST_ROOT, TEST_WORK
 from ..protocol import scenario as sc
+from .openlineage_runs import run_code, run_dags
 
 pytest.importorskip("airflow.providers.openlineage", reason="the optional openlineage extra is not installed")
 
@@ -37,28 +33,11 @@ def test_dataset_names_follow_the_openlineage_naming_spec():
     assert dataset_name("memory:///scratch/x") == ("memory://", "/scratch/x")
 
 
-def _run(code: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "PYTHONPATH": str(REPO), **env})
-
-
-def _run_dags(module: str, runs: str, events_file, **env: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    """*runs* (Python lines using *module*, a module of the test DAGs, each printing ``STATE <state>``) in a process
-    whose OpenLineage events go to *events_file* through the file transport; the process and the events."""
-    events_file.unlink(missing_ok=True)
-    proc = _run(f"import sys\nsys.path.insert(0, {str(DAGS_FOLDER)!r})\nimport {module}\n{textwrap.dedent(runs)}",
-                AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps({"type": "file", "log_file_path": str(events_file),
-                                                             "append": True}),
-                AIRFLOW__OPENLINEAGE__NAMESPACE="commit-tests", **env)
-    lines = events_file.read_text().splitlines() if events_file.exists() else []
-    return proc, [json.loads(line) for line in lines if line.strip()]
-
-
 @pytest.mark.airflow
 def test_commit_reports_its_output_through_a_real_transport(airflow_db):
     dag_id = "ct_overwrite_v1"
     target = TEST_ROOT / dag_id
-    proc, events = _run_dags("commit_test_dags", f'print("STATE", commit_test_dags.{dag_id}.test().state)',
+    proc, events = run_dags("commit_test_dags", f'print("STATE", commit_test_dags.{dag_id}.test().state)',
                              TEST_WORK / "openlineage.jsonl",
                              COMMIT_PROVIDER_FAULTS="commit_job.after_withdraw=raise")
     assert "STATE success" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -91,7 +70,7 @@ def test_a_table_stage_reports_the_table_and_its_version(airflow_db):
     import deltalake
     from pyiceberg.catalog.sql import SqlCatalog
 
-    proc, events = _run_dags("table_test_dags", 'print("STATE", table_test_dags.tbl_deploy.test().state)',
+    proc, events = run_dags("table_test_dags", 'print("STATE", table_test_dags.tbl_deploy.test().state)',
                              TEST_WORK / "openlineage-tables.jsonl", COMMIT_PROVIDER_FAULTS="table_commit.after=raise")
     assert "STATE success" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     root = TEST_ROOT / "tbl_deploy"
@@ -121,7 +100,7 @@ def test_a_table_stage_reports_the_table_and_its_version(airflow_db):
 
 
 def test_nothing_of_openlineage_is_imported_when_it_is_absent():
-    proc = _run("""
+    proc = run_code("""
         import importlib.abc, sys
 
         # the OpenLineage client and what of the provider the package could use (Airflow itself reads the
@@ -161,7 +140,7 @@ def test_a_rerun_that_replaced_its_own_generation_says_so(airflow_db):
     carries no such facet."""
     dag_id = "ct_append_v1"
     target = TEST_ROOT / dag_id
-    proc, events = _run_dags("commit_test_dags", f"""
+    proc, events = run_dags("commit_test_dags", f"""
         from datetime import datetime, timezone
         day = datetime(2024, 7, 1, tzinfo=timezone.utc)
         for _ in range(2):   # the run, then a clear of it after its success
@@ -199,7 +178,7 @@ def test_maintenance_reads_and_rewrites_its_target(airflow_db):
     root = TEST_ROOT / "ct_maintenance"
     shutil.rmtree(root, ignore_errors=True)
     ids = hive_output_with_a_duplicate(str(root))
-    proc, events = _run_dags("commit_test_dags", 'print("STATE", commit_test_dags.ct_maintenance.test().state)',
+    proc, events = run_dags("commit_test_dags", 'print("STATE", commit_test_dags.ct_maintenance.test().state)',
                              TEST_WORK / "openlineage-maintenance.jsonl")
     assert "STATE success" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     want = ("file", str(root))

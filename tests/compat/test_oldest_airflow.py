@@ -147,6 +147,14 @@ def test_dag_test_suite_and_plugin_tests_on_the_oldest_airflow(venv):
                            "test_a_table_watcher_fires_once_per_table_transaction",
                            "--deselect=tests/airflow/test_plugin.py::"
                            "test_a_table_stage_shows_the_version_its_commit_produced",
+                           "--deselect=tests/airflow/test_audit.py::test_hand_wired_sharded_and_keyed_stages_are_"
+                           "audited_and_report_data_quality_to_openlineage",
+                           # Airflow 3.1.8's dag.test() runs the approval's HITL trigger in its in-process
+                           # supervisor, which does not serve the trigger's GetHITLDetailResponse (the triggerer of a
+                           # deployment does): the trigger fails, "'NoneType' object has no attribute
+                           # 'response_received'"; documented in docs/user-guide.md ("An approval")
+                           "--deselect=tests/airflow/test_audit.py::"
+                           "test_an_approval_holds_the_commit_until_answered_and_a_rejection_publishes_nothing",
                            # npm's rebuild of the view's bundle: the same bytes whatever the Airflow
                            "--deselect=tests/airflow/test_plugin.py::test_shipped_bundle_is_what_this_source_builds"],
                           cwd=REPO, env=_clean_env(), capture_output=True, text=True,

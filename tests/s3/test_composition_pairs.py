@@ -312,7 +312,7 @@ def test_openlineage_reports_each_commit_once_with_its_rows(request, airflow_db)
     decides at import whether it is enabled): only the commit task reports the output, once, with every row;
     the failed write try (task 1's first) reports nothing as written."""
     pytest.importorskip("airflow.providers.openlineage", reason="the optional openlineage extra is not installed")
-    from ..airflow.test_lineage import _run_dags
+    from ..airflow.openlineage_runs import run_dags
     from airflow_commit_provider.operators.lineage import dataset_name
 
     bucket = request.getfixturevalue("bucket")
@@ -323,7 +323,7 @@ def test_openlineage_reports_each_commit_once_with_its_rows(request, airflow_db)
         _dag_of(case, target)
     runs = "\n".join(f"import pairs_{c.dag_id} as m\nprint('STATE', m.dag.test(logical_date=datetime({DAY.year}, "
                      f"{DAY.month}, {DAY.day}, tzinfo=timezone.utc)).state)" for c in targets)
-    proc, events = _run_dags("datetime", f"from datetime import datetime, timezone\n{runs}",
+    proc, events = run_dags("datetime", f"from datetime import datetime, timezone\n{runs}",
                              TEST_WORK / "openlineage-pairs.jsonl")
     assert proc.stdout.count("STATE success") == len(targets), proc.stdout[-3000:] + proc.stderr[-3000:]
     for case, target in targets.items():
@@ -583,7 +583,7 @@ def test_openlineage_of_a_failed_run_and_its_clear_reports_the_output_once(airfl
     report none. Its clear commits, recovering tasks 0 and 1: the clear's commit task reports the output once with
     every row, the recovered tasks' included."""
     pytest.importorskip("airflow.providers.openlineage", reason="the optional openlineage extra is not installed")
-    from ..airflow.test_lineage import _run_dags
+    from ..airflow.openlineage_runs import run_dags
     from airflow_commit_provider.operators.lineage import dataset_name
 
     case = Case("stage", "local", "v1", "append", tag="ol")
@@ -598,7 +598,7 @@ def test_openlineage_of_a_failed_run_and_its_clear_reports_the_output_once(airfl
             f"print('STATE', m.dag.test(logical_date={day}, run_after={day}).state)\n"
             "flag.unlink()\n"
             f"print('STATE', m.dag.test(logical_date={day}, run_after={day}).state)\n")
-    proc, events = _run_dags("datetime", runs, TEST_WORK / "openlineage-clear.jsonl")
+    proc, events = run_dags("datetime", runs, TEST_WORK / "openlineage-clear.jsonl")
     assert proc.stdout.count("STATE failed") == 1 and proc.stdout.count("STATE success") == 1, \
         proc.stdout[-3000:] + proc.stderr[-3000:]
     _assert_rows_once(target)
