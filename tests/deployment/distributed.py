@@ -130,6 +130,11 @@ class CeleryDeployment(Deployment):
             # a worker killed with SIGKILL sends no more heartbeats: its try is failed (and retried) after this
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
+            # a task message the killed worker had reserved (prefetched, not started) comes back from Redis only
+            # after the broker's visibility timeout (hours): its task stays "queued" until the scheduler requeues
+            # it, after this (default 600 s; one CI run timed out waiting for exactly that)
+            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "120",
+            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL": "10",
             "AIRFLOW_CONN_COMMIT_S3": conn,
             "COMMIT_CELERY_BUCKET": self.bucket,
             "COMMIT_ICEBERG_CATALOG_URI": self.iceberg_catalog_uri,
