@@ -139,6 +139,11 @@ def advise(job: Mapping[str, Any], statuses: Sequence[tuple[int, str]], commit_t
                          f"re-runs {'it' if len(failed) == 1 else 'them'} in application attempt {app}{keep}; once "
                          "the teardown has run, clear the whole run instead (committed tasks are recovered).")
             return Advice("clear_failed_tasks", steps)
+        audit = job.get("audit") if isinstance(job.get("audit"), Mapping) else {}
+        if not steps and not todo and (audit.get("approval") or {}).get("state") == "waiting":
+            steps.append("The audit passed; the commit waits for a person's approval in the run's Required actions "
+                         "until its deadline (see Approval): Approve publishes, Reject or no answer publishes "
+                         "nothing.")
         if not steps:
             steps.append(f"Writing: {len(done):,} of {len(statuses):,} task(s) committed." if statuses else "Writing.")
         return Advice("wait", steps)

@@ -1,7 +1,7 @@
 """Commit status in the Airflow UI, against the real deployment: the plugin's routes behind Airflow's auth, the
 task state store, the extra links, and the view (a React app rendered inside Airflow's own page, no iframe) in a
 real browser (Debian's Chromium driven by Playwright), in the UI's light and dark modes: a committed, a failed, a
-v2-aborted, a running and a recovered stage, a mapped and an unmapped task instance, a stage of several shards
+v2-aborted, a running and a recovered stage, an audited stage (failed; waiting for its approval; approved), a mapped and an unmapped task instance, a stage of several shards
 per task instance, a run without a stage, a run that does not exist, a 1,000-task stage (load time and bytes per
 refresh measured; sorted, and a task found by number), column help by keyboard, axe-core's checks (contrast in
 both modes), and the whole UI under an ``[api] base_url`` with a path.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -164,8 +165,8 @@ def _check_theme(page, theme: str) -> None:
     assert page.query_selector("[data-testid=commit-status] .chakra-badge, [data-testid=no-stage]") is not None
     assert (_lightness(page) > 128) == (theme == "dark"), (theme, _lightness(page))
     text = page.inner_text(VIEW)
-    for word in ("None", "null", "undefined", "NaN"):
-        assert word not in text, (word, text)
+    for word in ("None", "null", "undefined", "NaN"):   # a value shown raw ("no nulls", a check's words, is fine)
+        assert not re.search(rf"\b{word}\b", text), (word, text)
 
 
 def _settled(page) -> None:
@@ -466,6 +467,74 @@ def test_task_instance_tab_shows_its_own_task(browser, deployment, committed_run
     _view(page, f"{deployment.base}/dags/{DAG}/runs/{RUN}/tasks/stage.commit/plugin/commit-status-ti")
     assert page.inner_text("[data-testid=stage-state]") == "committed"
     assert page.query_selector("[data-testid=my-task]") is None
+    page.context.close()
+
+
+@pytest.fixture(scope="module")
+def audited_runs(deployment):
+    """Two runs of ``ui_audit`` (4 tasks, a per-task row check and a not-null check, then a person's approval):
+    ``short``, whose task 2 writes half its rows (its audit fails blaming task 2, nothing is published, nobody is
+    asked), and ``review``, whose checks pass and which then waits in its ``approve`` task."""
+    dep = deployment
+    _trigger(dep, "ui_audit", "short", {"short": [2]})
+    _trigger(dep, "ui_audit", "review", {})
+    assert dep.wait_run("ui_audit", "short") == "failed", dep.ti_states("ui_audit", "short")
+    dep.wait_for(lambda: ((_stage(dep, "ui_audit", "review").get("audit") or {}).get("approval") or {}).get("state")
+                 == "waiting", "the review run's approval is asked")
+    return dep
+
+
+def _audit_check(page, label: str) -> str:
+    return f"[data-testid=audit-checks] tr[data-check^='{label}']"
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_an_audited_stage_shows_its_verdict_the_blamed_task_and_the_approval_it_waits_for(
+        browser, deployment, audited_runs, theme):
+    """Issue 35's view: a failed audit says nothing was published, which check failed with what it observed, and
+    which task a clear runs again; a passed one waiting for its approval says until when, in the UI's time zone."""
+    page = _open_tab(browser, deployment, theme, "ui_audit", "short")
+    page.wait_for_selector("[data-testid=audit]")
+    assert page.inner_text("[data-testid=audit-state]") == "failed"
+    failure = page.inner_text("[data-testid=audit-failure]")
+    assert "Nothing was published" in failure and "task 2:" in failure, failure
+    assert page.get_attribute(_audit_check(page, "Rows"), "data-passed") == "0"
+    assert page.get_attribute(_audit_check(page, "NotNull"), "data-passed") == "1"
+    assert page.get_attribute("[data-testid=audit-approval]", "data-approval").startswith("not asked"), \
+        "a failed audit asks nobody"
+    assert page.inner_text(f"{_row(page, 2)} [data-testid=task-status]") == "refused"
+    _accessible(page, f"audit-failed-{theme}")
+    _shoot(page, f"audit-failed-{theme}", full=True)
+    page.context.close()
+
+    approval = _stage(deployment, "ui_audit", "review")["audit"]["approval"]
+    page = _open_tab(browser, deployment, theme, "ui_audit", "review")
+    page.wait_for_selector("[data-testid=audit-approval]")
+    assert page.inner_text("[data-testid=audit-state]") == "passed"
+    assert page.get_attribute("[data-testid=audit-approval]", "data-approval") == "waiting"
+    deadline = datetime.fromisoformat(approval["deadline"]).astimezone(ZoneInfo(ZONE))
+    assert f"waits until {deadline.strftime('%Y-%m-%d %H:%M:%S')}" in page.inner_text("[data-testid=audit-approval]")
+    assert page.query_selector("[data-testid=audit-failure]") is None
+    assert "waits for a person's approval" in page.inner_text("[data-testid=next-steps]")
+    _accessible(page, f"audit-waiting-{theme}")
+    _shoot(page, f"audit-waiting-{theme}", full=True)
+    page.context.close()
+
+
+def test_an_approval_answered_through_the_rest_api_shows_who_approved(browser, deployment, audited_runs):
+    """The review run answered as the "Required actions" page answers it: the commit runs, and the view says who
+    approved and when."""
+    dep = deployment
+    dep.wait_for(lambda: dep.ti_states("ui_audit", "review").get("stage.approve[-1]") in ("deferred", "awaiting_input"),
+                 "the approve task waits for its answer")
+    dep.api("PATCH", "/dags/ui_audit/dagRuns/review/taskInstances/stage.approve/-1/hitlDetails",
+            json={"chosen_options": ["Approve"], "params_input": {}})
+    assert dep.wait_run("ui_audit", "review") == "success", dep.ti_states("ui_audit", "review")
+    page = _open_tab(browser, deployment, "light", "ui_audit", "review")
+    page.wait_for_selector("[data-testid=audit-approval][data-approval=approved]")
+    assert page.inner_text("[data-testid=stage-state]") == "committed"
+    assert "by admin" in page.inner_text("[data-testid=audit-approval]")
+    _shoot(page, "audit-approved-light", full=True)
     page.context.close()
 
 

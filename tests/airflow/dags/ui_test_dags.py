@@ -1,6 +1,7 @@
 """DAGs for the commit-status view in a real browser (tests/deployment/test_ui.py): one stage of 4 mapped writes
 (``ui_v1``, ``ui_v2``), an unmapped one (``ui_unmapped``), 2 write task instances of 3 shards each
-(``ui_sharded``), a DAG without any stage (``ui_plain``), and a stage of
+(``ui_sharded``), an audited stage awaiting a person's approval (``ui_audit``), a DAG without any stage
+(``ui_plain``), and a stage of
 1,000 tasks (``ui_big``) whose tasks one Python task runs through the protocol (1,000 Airflow task instances would
 take the deployment many minutes; the view reads the storage's 1,000 tasks the same way).
 
@@ -8,6 +9,8 @@ Driven by the run's conf and by files in ``COMMIT_TEST_WORK``, never by time:
 
 - ``conf["fail"]``: task numbers whose every try fails after writing half its rows (the run fails, the teardown
   aborts the job); ``conf["fail_first_run"]``: the same, only before the run is first cleared;
+- ``conf["short"]``: task numbers that write half their rows and succeed (``ui_audit``'s per-task row check fails
+  and blames them);
 - ``hold-<dag_id>-<run_id>-<task>``: while it exists, that task's try waits inside the user callable (its
   attempt is set up and has no fate: the stage is visibly running); ``holding-...`` says it got there.
 """
@@ -25,6 +28,7 @@ from airflow_commit_provider.operators.commit import (CommitAbortOperator, Commi
                                                       make_job_id)
 from airflow_commit_provider.operators.stage import commit_stage
 from airflow_commit_provider.protocol import make_committer
+from airflow_commit_provider.protocol.audit import Approval, Audit, checks
 from airflow_commit_provider.protocol.tasks.writer import TaskAttemptWriter
 
 ROOT = os.environ.get("COMMIT_TEST_ROOT", "/tmp/commit-test-root")
@@ -43,6 +47,8 @@ def ui_write(task: int, ti, dag_run):
         while os.path.exists(hold) and time.monotonic() < deadline:
             time.sleep(0.2)
     yield table.slice(0, ROWS // 2)
+    if task in conf.get("short", []):
+        return
     if task in conf.get("fail", []) or (task in conf.get("fail_first_run", []) and not dag_run.clear_number):
         raise RuntimeError(f"injected failure of task {task}, try {ti.try_number} (conf {conf})")
     yield table.slice(ROWS // 2)
@@ -62,6 +68,14 @@ with DAG("ui_unmapped", schedule=None, start_date=datetime(2024, 1, 1), catchup=
          tags=["airflow-commit-provider-tests"]) as ui_unmapped:
     commit_stage("stage", target="{{ dag_run.conf.get('target') or '%s' }}" % os.path.join(ROOT, "ui_unmapped"),
                  python_callable=ui_write, op_kwargs={"task": 0}, mode="append", partition_by=["day"])
+
+
+with DAG("ui_audit", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
+         tags=["airflow-commit-provider-tests"]) as ui_audit:
+    commit_stage("stage", target="{{ dag_run.conf.get('target') or '%s' }}" % os.path.join(ROOT, "ui_audit"),
+                 python_callable=ui_write, expand_op_kwargs=[{"task": t} for t in range(4)], mode="append",
+                 audit=Audit(checks=[checks.Rows(min=ROWS, per="task"), checks.NotNull("row")],
+                             approval=Approval(timeout=timedelta(hours=4))))
 
 
 def ui_write_shard(task_number: int, ti, dag_run):

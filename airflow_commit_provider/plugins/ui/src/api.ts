@@ -11,6 +11,15 @@ export interface CommitStageName { name: string; help: string }
 export interface Totals { files: number; bytes: number; rows: number | null; tasks: number; partitions: number | null }
 export interface CommitFailure { at: string | null; stage: string | null; error: string | null; message: string | null }
 export interface Abort { at: string | null; kept_tasks: number[]; visible_files_removed: number }
+/** A stage's audit (plugins/audit_view.py). */
+export interface AuditCheck { check: string; passed: boolean; observed: unknown; expected: unknown; column: string | null;
+  message: string }
+export interface AuditApproval { state: string; deadline: string | null; expires: string | null; by: string | null;
+  at: string | null }
+export interface AuditView {
+  state: "passed" | "failed"; ref: string | null; at: string | null; message: string; blamed_tasks: number[];
+  checks: AuditCheck[]; rows: number | null; files: number | null; bytes: number | null; approval: AuditApproval | null;
+}
 
 export interface Stage {
   stage: string;
@@ -44,6 +53,7 @@ export interface Stage {
   files_total: number;
   shards_per_task: number;
   table: string | null;
+  audit: AuditView | null;
 }
 
 export interface RunStatus {

@@ -7,6 +7,7 @@ import type { CommitStageName, Stage } from "../api";
 import { formatBytes, formatNumber } from "../format";
 import { STATUS_COLORS, STATUS_HELP, STATUS_ORDER, TERMS } from "../terms";
 import { formatTime } from "../time";
+import { AuditCard } from "./AuditCard";
 import { HelpButton } from "./HelpButton";
 import { StageBadge } from "./StateBadge";
 import { Timeline } from "./Timeline";
@@ -167,6 +168,7 @@ export const StageSummary = ({ stage, zone, commitStages }: {
           ))}
         </HStack>
       ) : undefined}
+      {stage.audit ? <AuditCard audit={stage.audit} zone={zone} /> : undefined}
       {stage.timeline.length ? (
         <Box>
           <Heading mb="2" size="sm">Job commit stages</Heading>
