@@ -17,6 +17,7 @@ from typing import Any, Literal
 from ..operators.failures import is_deterministic
 from ..operators.hints import abort_command
 from .airflow_state import TaskInstanceRow
+from .audit_view import AuditView
 
 Action = Literal["none", "wait", "clear_failed_tasks", "clear_run", "clear_commit_task", "new_job", "fix_setup",
                  "check_storage"]
@@ -86,9 +87,10 @@ def replaced(job: Mapping[str, Any]) -> str:
 
 
 def advise(job: Mapping[str, Any], statuses: Sequence[tuple[int, str]], commit_ti: TaskInstanceRow | None,
-           conn_id: str | None = None, shards: int = 1) -> Advice:
+           conn_id: str | None = None, shards: int = 1, audit: AuditView | None = None) -> Advice:
     """The stage's action, from its job state (``committer.status()`` as the view reads it), its tasks' statuses
-    (``(task, status)``, *shards* per write task instance) and the commit task's Airflow state."""
+    (``(task, status)``, *shards* per write task instance), the commit task's Airflow state and the stage's *audit*
+    (as the view shows it: an approval it waits for is what the stage waits on)."""
     state = job.get("state")
     if job.get("replaced_by"):
         return Advice("none", [replaced(job)])
@@ -139,8 +141,8 @@ def advise(job: Mapping[str, Any], statuses: Sequence[tuple[int, str]], commit_t
                          f"re-runs {'it' if len(failed) == 1 else 'them'} in application attempt {app}{keep}; once "
                          "the teardown has run, clear the whole run instead (committed tasks are recovered).")
             return Advice("clear_failed_tasks", steps)
-        audit = job.get("audit") if isinstance(job.get("audit"), Mapping) else {}
-        if not steps and not todo and (audit.get("approval") or {}).get("state") == "waiting":
+        if not steps and not todo and audit is not None and audit.approval is not None \
+                and audit.approval.state == "waiting":
             steps.append("The audit passed; the commit waits for a person's approval in the run's Required actions "
                          "until its deadline (see Approval): Approve publishes, Reject or no answer publishes "
                          "nothing.")

@@ -393,7 +393,8 @@ class StageModel:
         aborted = job.get("aborted")
         failure = job.get("commit_failure")
         stages, total = timeline(job, commit_summary)
-        advice = advise(job, [(r.task, r.status) for r in self.rows], roles.get("commit"), conn_id, shards)
+        advice = advise(job, [(r.task, r.status) for r in self.rows], roles.get("commit"), conn_id, shards,
+                        audit)
         totals = job.get("totals")
         self.summary = Stage(
             stage=stage_name, setup_task_id=setup_task_id, write_task_id=roles["write_task_id"],
