@@ -27,9 +27,10 @@ from typing import Any
 from airflow.sdk.bases.decorator import DecoratedOperator, task_decorator_factory
 from airflow.sdk.definitions.xcom_arg import PlainXComArg
 
-from ..operators.commit import CommitWriteOperator, check_user_callables, check_write_shards
+from ..operators.checks import check_user_callables, check_write_shards
 from ..operators.shards import SHARD_KWARGS
 from ..operators.stage import StageArgs, build_stage
+from ..operators.write import CommitWriteOperator
 
 
 class CommitWriteDecoratedOperator(DecoratedOperator, CommitWriteOperator):

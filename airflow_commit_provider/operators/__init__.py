@@ -12,8 +12,9 @@ from typing import Any
 
 #: public name -> the module of this package that defines it
 _EXPORTS = {
-    **dict.fromkeys(("CommitBaseOperator", "CommitSetupOperator", "CommitWriteOperator", "CommitJobOperator",
-                     "CommitAbortOperator"), "commit"),
+    "CommitBaseOperator": "base",
+    "CommitWriteOperator": "write",
+    **dict.fromkeys(("CommitSetupOperator", "CommitJobOperator", "CommitAbortOperator"), "commit"),
     **dict.fromkeys(("CommitAuditOperator", "CommitApprovalOperator"), "audit"),
     "commit_stage": "stage",
     **dict.fromkeys(("EnsureTargetOperator", "ensure_target_before_each_try"), "ensure_target"),

@@ -24,7 +24,8 @@ from ..protocol.audit.expiry import approval_wait
 from ..protocol.audit.record import AuditRecord
 from ..protocol.audit.run import decide_approval, request_approval, run_audit
 from ..protocol.errors import InvalidOutputSpec
-from .commit import CommitBaseOperator, count_write_tasks
+from .base import CommitBaseOperator
+from .commit import count_write_tasks
 from .failures import AirflowFailException, fail_fast_on_deterministic_errors
 
 #: the XCom key holding the audit's verdict, passed or failed (a failed task has no ``return_value``)

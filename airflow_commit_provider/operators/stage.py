@@ -12,17 +12,11 @@ from typing import Any
 
 from airflow.sdk import TaskGroup
 
-from .commit import (
-    CommitAbortOperator,
-    CommitJobOperator,
-    CommitSetupOperator,
-    CommitWriteOperator,
-    check_commit_args,
-    check_user_callables,
-    check_write_shards,
-)
 from .audit import CommitApprovalOperator, CommitAuditOperator, stage_audit
+from .checks import check_commit_args, check_user_callables, check_write_shards
+from .commit import CommitAbortOperator, CommitJobOperator, CommitSetupOperator
 from .ensure_target import EnsureTargetOperator
+from .write import CommitWriteOperator
 
 
 def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., Any] | None = None,

@@ -26,7 +26,7 @@ from airflow.utils.session import create_session
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_commit_provider.operators.commit import make_job_id
+from airflow_commit_provider.operators.identity import make_job_id
 from airflow_commit_provider.operators.stage import commit_stage
 from airflow_commit_provider.protocol import check_job_id, make_committer, read_success_marker
 

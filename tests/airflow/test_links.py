@@ -11,7 +11,7 @@ import pytest
 from airflow.models.taskinstancekey import TaskInstanceKey
 
 from airflow_commit_provider.links.commit_status import CommitStatusLink, CommitTargetLink
-from airflow_commit_provider.operators.commit import CommitJobOperator
+from airflow_commit_provider.operators import CommitJobOperator
 
 KEY = TaskInstanceKey(dag_id="daily events", task_id="stage.commit", run_id="manual__2024-01-01T00:00:00+00:00")
 TAB = "dags/daily%20events/runs/manual__2024-01-01T00%3A00%3A00%2B00%3A00/plugin/commit-status"

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pytest
 from airflow.sdk import DAG
 
-from airflow_commit_provider.operators.commit import (
+from airflow_commit_provider.operators import (
     CommitAbortOperator,
     CommitBaseOperator,
     CommitJobOperator,
@@ -127,7 +127,7 @@ def test_the_magic_committer_off_s3_is_refused_where_the_dag_is_parsed(build, tm
     from airflow.sdk import ObjectStoragePath
 
     from airflow_commit_provider.decorators.commit_stage import commit_stage_task
-    from airflow_commit_provider.operators.commit import CommitSetupOperator
+    from airflow_commit_provider.operators import CommitSetupOperator
 
     def make(target, algorithm="magic"):
         if build == "decorator":
@@ -217,7 +217,7 @@ def test_a_dag_file_with_a_bad_algorithm_in_partial_is_an_import_error(tmp_path)
     (tmp_path / "bad_partial.py").write_text(textwrap.dedent(f"""
         from datetime import datetime
         from airflow.sdk import DAG
-        from airflow_commit_provider.operators.commit import CommitWriteOperator
+        from airflow_commit_provider.operators import CommitWriteOperator
 
         with DAG("opbase_bad_file", schedule=None, start_date=datetime(2024, 1, 1)):
             CommitWriteOperator.partial(task_id="write", target={str(tmp_path / "out")!r}, algorithm="v3",

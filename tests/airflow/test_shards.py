@@ -14,7 +14,7 @@ import pytest
 from airflow.sdk import DAG
 
 from airflow_commit_provider.decorators.commit_stage import commit_stage_task
-from airflow_commit_provider.operators.commit import CommitWriteOperator
+from airflow_commit_provider.operators import CommitWriteOperator
 from airflow_commit_provider.operators.identity import make_job_id
 from airflow_commit_provider.operators.stage import commit_stage
 from airflow_commit_provider.protocol import InvalidOutputSpec, read_success_marker
@@ -150,7 +150,7 @@ def test_a_job_commit_refuses_a_shards_per_task_changed_since_the_setup(tmp_path
 
     import pyarrow as pa
 
-    from airflow_commit_provider.operators.commit import CommitJobOperator, CommitSetupOperator
+    from airflow_commit_provider.operators import CommitJobOperator, CommitSetupOperator
     from airflow_commit_provider.protocol import run_task_attempt
 
     root = str(tmp_path / "out")

@@ -22,7 +22,7 @@ import pytest
 from airflow.sdk import DAG, task
 
 from airflow_commit_provider.decorators.commit_stage import commit_stage_task
-from airflow_commit_provider.operators.commit import CommitSetupOperator, CommitWriteOperator
+from airflow_commit_provider.operators import CommitSetupOperator, CommitWriteOperator
 from airflow_commit_provider.operators.stage import commit_stage
 from airflow_commit_provider.operators.summary import CommitSummary
 from airflow_commit_provider.protocol import InvalidOutputSpec, read_success_marker

@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from airflow_commit_provider.operators.commit import CommitJobOperator, CommitWriteOperator
+from airflow_commit_provider.operators import CommitJobOperator, CommitWriteOperator
 from airflow_commit_provider.protocol import CommitProtocolError
 
 from ..s3.test_composition_pairs import (DAY, ROWS, TASKS, Case, _assert_rows_once, _calls, _calls_log, _dag_of,

@@ -29,7 +29,7 @@ import pytest
 from airflow.sdk import DAG
 
 from airflow_commit_provider.decorators.commit_stage import commit_stage_task
-from airflow_commit_provider.operators.commit import (
+from airflow_commit_provider.operators import (
     CommitAbortOperator,
     CommitJobOperator,
     CommitSetupOperator,

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 import pyarrow as pa
 from airflow.sdk import DAG, task
 
-from airflow_commit_provider.operators.commit import (
+from airflow_commit_provider.operators import (
     CommitAbortOperator,
     CommitJobOperator,
     CommitSetupOperator,

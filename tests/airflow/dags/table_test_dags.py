@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 import pyarrow as pa
 from airflow.sdk import DAG, TaskGroup
 
-from airflow_commit_provider.operators.commit import (
+from airflow_commit_provider.operators import (
     CommitAbortOperator,
     CommitJobOperator,
     CommitSetupOperator,

@@ -24,8 +24,8 @@ from datetime import datetime, timedelta
 import pyarrow as pa
 from airflow.sdk import DAG, TaskGroup, task
 
-from airflow_commit_provider.operators.commit import (CommitAbortOperator, CommitJobOperator, CommitSetupOperator,
-                                                      make_job_id)
+from airflow_commit_provider.operators import CommitAbortOperator, CommitJobOperator, CommitSetupOperator
+from airflow_commit_provider.operators.identity import make_job_id
 from airflow_commit_provider.operators.stage import commit_stage
 from airflow_commit_provider.protocol import make_committer
 from airflow_commit_provider.protocol.audit import Approval, Audit, checks
