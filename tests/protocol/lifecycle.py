@@ -29,7 +29,14 @@ The rules, and the Airflow event each stands for:
 ``teardown(purge)``           the teardown task after a failed run: ``abort_job(keep_committed=True)``, or
                               ``abort_job()`` when the stage is configured to purge
 ``commit_job(point, nth)``    the commit task; with *point*, it dies at the *nth* time it reaches that
-                              ``commit_job.*`` fault point (a retry of the commit task resumes it)
+                              ``commit_job.*`` fault point (a retry of the commit task resumes it); an audited
+                              stage's commit requires the newest audit to have passed for exactly its commits
+``audit(point, nth)``         an audited stage (``Config.audit``): the audit task (``run_audit``), dying at an
+                              ``audit.*`` point when given; it fails on the tries :func:`is_bad` makes write a
+                              negative ``ok``, blaming their tasks (refused for recovery: the next application
+                              attempt runs them again)
+``approve(answer)``           ``Config.audit="approval"``: the approval task asks (``request_approval``) and
+                              records *answer* (``decide_approval``); a rejection refuses every audited task
 ============================  =================================================================================
 
 "Clear only failed" is no call of its own: the failed tries start again in the same application attempt, then the
@@ -47,7 +54,8 @@ Where it runs: tests/protocol/test_lifecycle_schedules.py (memory and local disk
 (moto's server: v1, v2, magic), tests/protocol/test_lifecycle_processes.py (every call in a worker process that a
 rule ``kill_next`` SIGKILLs at a fault point or by a timer), and the long run ``python -m tests.schedules``.
 Exploring past a known violation: ``LIFECYCLE_IGNORE=<kind prefix>,...`` counts those instead of failing, and
-``LIFECYCLE_MODES``, ``LIFECYCLE_ALGORITHMS``, ``LIFECYCLE_OLD_DATA=0`` narrow the random configurations.
+``LIFECYCLE_MODES``, ``LIFECYCLE_ALGORITHMS``, ``LIFECYCLE_OLD_DATA=0``, ``LIFECYCLE_AUDIT=0`` narrow the random
+configurations.
 
 The model (the intended semantics, issue 11):
 
@@ -59,7 +67,13 @@ The model (the intended semantics, issue 11):
   removes everything of the job;
 - after a successful job commit the output holds the old rows the mode keeps plus exactly the rows of the picked
   attempts; before it, v1/magic show nothing of the job, v2 shows each committed task's rows (documented exposure);
-  a job commit that died shows a mix of old and new, never anything else, and the next ``commit_job`` finishes it.
+  a job commit that died shows a mix of old and new, never anything else, and the next ``commit_job`` finishes it;
+- an audited stage (``Config.audit``, about a third of the random configurations; issue 35): the audit judges the
+  commits the job commit would take (adopting them first, as it does) and fails when one of them is a bad try's,
+  blaming those tasks: their commits are refused for recovery (a later application attempt runs them again; the
+  current one keeps them, so a retried audit finds the same); an approval's rejection refuses every audited task;
+  the job commit refuses (``AuditFailed``, nothing changed) unless the newest audit passed for exactly its
+  commits (and was approved, when asked for), and its ``_SUCCESS`` names that audit.
 """
 
 from __future__ import annotations
@@ -74,6 +88,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -94,6 +109,8 @@ from airflow_commit_provider.protocol import (
     run_task_attempt,
     store_for,
 )
+from airflow_commit_provider.protocol.audit import Approval, Audit, AuditFailed, checks
+from airflow_commit_provider.protocol.audit.run import AuditGate, decide_approval, request_approval, run_audit
 from airflow_commit_provider.protocol.paths import is_hidden, partition_dir
 
 JOB = "j"
@@ -105,6 +122,7 @@ TABLE_STORES = ("delta", "iceberg")
 OBJECT_STORES = ("s3", "gcs", "azure")
 ROWS_PER_PARTITION = 2
 COMMIT_POINTS = tuple(p for p in faults.POINTS if p.startswith("commit_job."))
+AUDIT_POINTS = faults.AUDIT_POINTS
 TABLE_COMMIT_POINTS = COMMIT_POINTS + faults.TABLE_POINTS
 #: where a job commit that died at the point leaves the job
 _STATE_AFTER = {"commit_job.after_recovery": "running", "commit_job.after_cleanup": "committed"}
@@ -141,6 +159,7 @@ class Config:
     max_rows_per_file: int | None = None
     old_data: bool = True               # files in the target before the job (not in mode error)
     values: tuple[str | None, ...] = ()   # partition value alphabet; () = partition_values()
+    audit: str | None = None            # None | checks | data (a data callable) | approval (checks, then a person)
 
     def alphabet(self) -> tuple[str | None, ...]:
         return self.values or partition_values()
@@ -158,12 +177,33 @@ class Config:
             fields.append("old_data=False")
         if self.values:
             fields.append(f"values={self.values!r}")
+        if self.audit:
+            fields.append(f"audit={self.audit!r}")
         return f"Config({', '.join(fields)})"
+
+    def audits(self) -> tuple[str, ...]:
+        """The audits this committer takes (a data callable needs readable staged files; an approval, nothing
+        visible before the job commit)."""
+        return {1: ("checks", "data", "approval"), 2: ("checks",), "magic": ("checks", "approval")}[self.algorithm]
+
+    def fitted(self) -> Config:
+        """This configuration with an audit the committer takes (``checks`` instead of one it refuses)."""
+        return self if self.audit in (None, *self.audits()) else replace(self, audit="checks")
+
+    def audit_spec(self, seen: list[pa.Table] | None = None) -> Audit | None:
+        """The stage's :class:`Audit`: ``ok >= 0`` as a declarative check, or the same judged by a data callable
+        on the staged files (which appends what it read to *seen*: the model compares it with the winners)."""
+        if self.audit is None:
+            return None
+        if self.audit == "data":
+            return Audit(data=_data_check(seen if seen is not None else []))
+        approval = Approval(timeout=timedelta(hours=1)) if self.audit == "approval" else None
+        return Audit(checks=[checks.Between("ok", min=0)], approval=approval)
 
 
 def random_config(rng: random.Random, store: str) -> Config:
     """A random configuration. Exploration knobs (comma-separated environment variables, never needed in CI):
-    ``LIFECYCLE_MODES``, ``LIFECYCLE_ALGORITHMS``, ``LIFECYCLE_OLD_DATA=0``."""
+    ``LIFECYCLE_MODES``, ``LIFECYCLE_ALGORITHMS``, ``LIFECYCLE_OLD_DATA=0``, ``LIFECYCLE_AUDIT=0``."""
     algorithms: list[int | str] = [1] if store in TABLE_STORES else [1, 2] + (["magic"] if store == "s3" else [])
     modes = ["error", "append", "append", "overwrite", "dynamic", "dynamic"]
     if os.environ.get("LIFECYCLE_MODES"):
@@ -175,9 +215,11 @@ def random_config(rng: random.Random, store: str) -> Config:
         partition_by = rng.choice([("p",), ("p",), ("p", "q")])
     else:
         partition_by = rng.choice([(), ("p",), ("p",), ("p", "q")])
-    return Config(store=store, algorithm=rng.choice(algorithms), mode=mode, tasks=rng.choice([2, 3, 3, 4]),
-                  partition_by=partition_by, max_rows_per_file=rng.choice([None, None, 1]),
-                  old_data=mode != "error" and os.environ.get("LIFECYCLE_OLD_DATA") != "0")
+    cfg = Config(store=store, algorithm=rng.choice(algorithms), mode=mode, tasks=rng.choice([2, 3, 3, 4]),
+                 partition_by=partition_by, max_rows_per_file=rng.choice([None, None, 1]),
+                 old_data=mode != "error" and os.environ.get("LIFECYCLE_OLD_DATA") != "0")
+    audit = rng.choice([None, None, *cfg.audits()])   # an audited stage in about a third of the schedules
+    return replace(cfg, audit=None if os.environ.get("LIFECYCLE_AUDIT") == "0" else audit)
 
 
 # ---------------------------------------------------------------------------------------------------- target
@@ -391,7 +433,7 @@ def _reader_s3fs() -> Any:
 
 
 def table_schema(partition_by: tuple[str, ...]) -> pa.Schema:
-    fields = [("task", pa.int32()), ("attempt", pa.int32()), ("row", pa.int32())]
+    fields = [("task", pa.int32()), ("attempt", pa.int32()), ("row", pa.int32()), ("ok", pa.int32())]
     fields += [(f"o{k}", pa.string()) for k in partition_by]   # the partition values, kept inside the file
     fields += [(k, pa.string()) for k in partition_by]
     return pa.schema(fields)
@@ -403,12 +445,29 @@ Row = tuple  # (task, attempt, row, partition values)
 def make_table(rows: Iterable[Row], partition_by: tuple[str, ...]) -> pa.Table:
     rows = list(rows)
     cols: dict[str, list[Any]] = {"task": [r[0] for r in rows], "attempt": [r[1] for r in rows],
-                                  "row": [r[2] for r in rows]}
+                                  "row": [r[2] for r in rows], "ok": [-1 if is_bad(r[1]) else 1 for r in rows]}
     for i, k in enumerate(partition_by):
         cols[f"o{k}"] = [r[3][i] for r in rows]
     for i, k in enumerate(partition_by):
         cols[k] = [r[3][i] for r in rows]
     return pa.table(cols, schema=table_schema(partition_by))
+
+
+def is_bad(n: int) -> bool:
+    """Whether try *n* writes data its stage's audit fails (``ok`` = -1 in every row): one try in six."""
+    return n % 6 == 5
+
+
+def _data_check(seen: list[pa.Table]) -> Callable[..., Any]:
+    def ok_is_not_negative(dataset: Any) -> None:
+        table = dataset.to_table()
+        seen.append(table)
+        bad = sorted({t for t, ok in zip(table.column("task").to_pylist(), table.column("ok").to_pylist())
+                      if ok < 0})
+        if bad:
+            raise AuditFailed(f"ok < 0 in tasks {bad}", tasks=bad)
+
+    return ok_is_not_negative
 
 
 def try_rows(task: int, n: int, parts: Iterable[tuple[str, ...]]) -> frozenset[Row]:
@@ -455,6 +514,18 @@ class Gen:
     v2: set[int] = field(default_factory=set)   # tries whose files v2 made visible at task commit
     v2_maybe: set[int] = field(default_factory=set)   # tries whose v2 files may or may not be visible (a kill)
     parts: dict[tuple[str, ...], None] = field(default_factory=dict)
+    refused: dict[int, Rec] = field(default_factory=dict)   # task -> the commit an audit (or approval) refused
+    audit: Verdict | None = None   # the newest audit record's verdict
+    approval: str | None = None    # the answer to the newest audit's approval (None: not asked)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """An audit record in the model: whether it passed, and exactly the commits it judged."""
+
+    passed: bool
+    winners: dict[int, Rec]
+    ref: str
 
 
 @dataclass
@@ -546,6 +617,8 @@ class Lifecycle:
         self.S: frozenset[Row] = frozenset()    # committed state: rows every reader sees when nothing is in flight
         self.expect_markers: set[str] = set()   # directories that must hold a valid _SUCCESS right now
         self.pending_plan: Plan | None = None   # what the job commit under way will do
+        self.audit_tries = 0                    # the audit task's try numbers (they only grow, as Airflow's)
+        self.audit_seen: list[pa.Table] = []    # what the data callable read
         if cfg.old_data and cfg.mode != "error":
             self._write_old_data()
         self.check()
@@ -586,7 +659,9 @@ class Lifecycle:
             return None
         for app in sorted(job.records, reverse=True):
             if app <= job.app and task in job.records[app]:
-                return job.records[app][task]
+                rec = job.records[app][task]
+                # an audit's refusal stops the commit's adoption into a later application attempt, not its own
+                return None if app != job.app and job.refused.get(task) == rec else rec
         return None
 
     def rows_of(self, recs: Iterable[Rec]) -> frozenset[Row]:
@@ -652,6 +727,8 @@ class Lifecycle:
         JobNotSetUp)``."""
         w = t.writer
         kwargs = {"sizes": w.sizes} if getattr(w, "sizes", None) is not None else {}
+        if self.cfg.audit:   # what run_task_attempt passes: the audit judges the statistics
+            kwargs.update(schema=w.schema, stats=w.stats)
         try:
             return "committed", self.c.commit_task(t.ta, w.rows, **kwargs)
         except CommitDenied as denied:
@@ -672,10 +749,26 @@ class Lifecycle:
         """The job commit, dying (``InjectedFault``) at the *nth* time it reaches *point*."""
         if point:
             faults.arm(point, "raise", nth)
+        spec = self.cfg.audit_spec()
+        gate = None if spec is None else AuditGate(spec.digest(), approval=spec.approval is not None)
         try:
-            return self.c.commit_job(self.cfg.tasks)
+            return self.c.commit_job(self.cfg.tasks, gate=gate)
         finally:
             faults.disarm()
+
+    def call_audit(self, attempt: int, point: str | None = None, nth: int = 1) -> Any:
+        """Try *attempt* of the audit task (``run_audit``), dying at the *nth* time it reaches *point*."""
+        if point:
+            faults.arm(point, "raise", nth)
+        try:
+            return run_audit(self.c.job, self.cfg.audit_spec(self.audit_seen), self.cfg.tasks, attempt)
+        finally:
+            faults.disarm()
+
+    def call_approve(self, answer: str) -> None:
+        """The approval task: asks for the newest audit's approval, then records *answer*."""
+        request_approval(self.c.job, None, None)
+        decide_approval(self.c.job, answer, "approver" if answer == "approved" else None, answer)
 
     # ------------------------------------------------------------------------------------ rules
     @step
@@ -836,6 +929,9 @@ class Lifecycle:
             t.stage, t.claim = "committed", "committing"
             job.records.setdefault(job.app, {})[t.task] = Rec(n, job.app)
             if self.cfg.algorithm == 2:
+                # the task's refused commit (an audit's) is replaced file by file: its rows may linger until the
+                # job commit sweeps what this try did not write again
+                job.v2_maybe.update(m for m in job.v2 if self.tries[m].task == t.task)
                 job.v2.add(n)
             self.events["commit: committed"] += 1
             return
@@ -966,6 +1062,19 @@ class Lifecycle:
                     self._fail(f"commit_job: {type(exc).__name__}", f"expected JobIncomplete {missing}: {exc}")
                     return
                 self._fail("commit_job: committed incomplete", f"tasks {missing} have no committed try")
+            refusal = self._gate_refusal(winners)
+            if refusal is not None:
+                try:
+                    self.call_commit_job()
+                except AuditFailed:
+                    self.events[f"commit_job refused: {refusal}"] += 1
+                    return
+                except Killed:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - any other outcome is the finding
+                    self._fail(f"commit_job: {type(exc).__name__}", f"expected AuditFailed ({refusal}): {exc}")
+                    return
+                self._fail("commit_job: committed unaudited", f"the job committed, but {refusal}")
             new = self.rows_of(winners.values())
             plan = Plan(job.app, dict(winners), new, self.target_after(new))
         self.pending_plan = plan
@@ -988,10 +1097,111 @@ class Lifecycle:
             faults.disarm()
         self.committed(plan, manifest)
 
+    def _gate_refusal(self, winners: dict[int, Rec | None]) -> str | None:
+        """Why an audited stage's job commit refuses these winners (``None``: it commits)."""
+        job = self.job
+        if self.cfg.audit is None:
+            return None
+        if job.audit is None:
+            return "no audit"
+        if not job.audit.passed:
+            return "the audit failed"
+        if job.audit.winners != winners:
+            return "the audit judged other commits"
+        if self.cfg.audit == "approval" and job.approval != "approved":
+            return f"approval {job.approval or 'not asked'}"
+        return None
+
+    @step
+    def audit(self, point: str | None = None, nth: int = 1) -> None:
+        """The audit task (an audited stage), dying at *point* the *nth* time it is reached, when given."""
+        if self.cfg.audit is None:
+            return SKIP
+        self.audit_tries += 1
+        attempt, job = self.audit_tries, self.job
+        if job is None or job.app < 0 or job.plan is not None:
+            # none set up, committed (the commit's verdict is returned), or committing (its plan's verdict)
+            try:
+                rec = self.call_audit(attempt)
+            except JobNotSetUp:
+                self._expect(job is None and self.log_gen is None or job is not None and job.app < 0, "audit",
+                             "JobNotSetUp, but the job was set up")
+                return
+            self._expect(rec.passed and (job is not None or self.log_gen is not None), "audit",
+                         f"an audit with nothing to judge returned {rec}")
+            self.events["audit: the commit's verdict"] += 1
+            return
+        winners = {t: self.winner(t) for t in range(self.cfg.tasks)}
+        missing = sorted(t for t, w in winners.items() if w is None)
+        for task, rec in winners.items():   # the audit runs the job commit's recovery first
+            if rec is not None:
+                job.records.setdefault(job.app, {})[task] = rec
+        if missing:
+            try:
+                self.call_audit(attempt)
+            except JobIncomplete as exc:
+                self._expect(sorted(exc.missing) == missing, "audit: incomplete",
+                             f"missing {exc.missing}, the model says {missing}")
+                self.events["audit refused: incomplete"] += 1
+                return
+            self._fail("audit: judged incomplete", f"tasks {missing} have no committed try")
+        bad = sorted(t for t, r in winners.items() if is_bad(r.n))
+        self.audit_seen.clear()
+        try:
+            rec = self.call_audit(attempt, point, nth)
+        except faults.InjectedFault:
+            self.events[f"audit died at {point}"] += 1
+            if point != "audit.after_recovery":   # it refused the blamed tasks before its record
+                job.refused.update({t: winners[t] for t in bad})
+            if point == "audit.after_record":
+                job.audit, job.approval = Verdict(not bad, dict(winners), f"{job.app}.{attempt}"), None
+            return
+        judged = {str(t): f"{r.origin}.{r.n}" for t, r in winners.items()}
+        self._expect(rec.tasks == judged, "audit: commits", f"judged {rec.tasks}, the model says {judged}")
+        self._expect(rec.passed == (not bad) and (rec.blamed or []) == bad, "audit: verdict",
+                     f"passed={rec.passed} blamed={rec.blamed}; the model says bad tasks {bad}")
+        if self.audit_seen:   # the data callable read exactly the winners' rows
+            table = self.audit_seen[-1]
+            keys = self.cfg.partition_by
+            read = Counter((r["task"], r["attempt"], r["row"], tuple(r[f"o{k}"] for k in keys))
+                           for r in table.to_pylist())
+            want = self.rows_of(winners.values())
+            self._expect(set(read) == want and max(read.values(), default=1) == 1, "audit: staged dataset",
+                         f"read {len(read)} rows ({sorted(set(read) - want, key=repr)[:4]} not the winners'), "
+                         f"the winners wrote {len(want)} ({sorted(want - set(read), key=repr)[:4]} not read)")
+            self.events["audit: the data callable read the winners' rows"] += 1
+        job.refused.update({t: winners[t] for t in bad})
+        job.audit, job.approval = Verdict(not bad, dict(winners), f"{job.app}.{attempt}"), None
+        self.events[f"audit: {'failed' if bad else 'passed'}"] += 1
+
+    @step
+    def approve(self, answer: str = "approved") -> None:
+        """The approval task of an audited stage that asks for one: asks, and records *answer*."""
+        job = self.job
+        if self.cfg.audit != "approval" or job is None or job.app < 0:
+            return SKIP
+        if job.audit is None or not job.audit.passed:
+            try:
+                self.call_approve(answer)
+            except AuditFailed:
+                self.events["approve refused: no passing audit"] += 1
+                return
+            self._fail("approve", f"asked to approve {'no audit' if job.audit is None else 'a failed audit'}")
+        self.call_approve(answer)
+        job.approval = answer
+        if answer != "approved":   # every audited task's commit in the current application attempt is refused
+            current = job.records.get(job.app, {})
+            job.refused.update({t: current[t] for t in job.audit.winners if t in current})
+        self.events[f"approve: {answer}"] += 1
+
     def committed(self, plan: Plan, manifest: dict[str, Any] | None) -> None:
         """The job commit of *plan* is done: its target is the committed state."""
         job = self.job
         assert job is not None
+        if manifest is not None and self.cfg.audit is not None:
+            ref = (manifest.get("audit") or {}).get("ref")
+            self._expect(job.audit is not None and ref == job.audit.ref, "commit_job: audit",
+                         f"_SUCCESS names audit {ref}, the model's newest is {job.audit and job.audit.ref}")
         if manifest is not None:
             tasks = {t["task"]: t["attempt"] for t in manifest["tasks"]}
             self._expect(tasks == {t: r.n for t, r in plan.winners.items()}, "commit_job: winners",
@@ -1197,6 +1407,18 @@ class Driver:
         else:
             self.h.commit_job()
 
+    def audit(self) -> None:
+        """The audit task, dying at one of its points about one time in three; then, when the stage asks for
+        one, the approval (approved nine times in ten)."""
+        if self.h.cfg.audit is None:
+            return
+        if self.rng.random() < 0.3:
+            self.h.audit(self.rng.choice(AUDIT_POINTS), 1)
+        else:
+            self.h.audit()
+        if self.h.cfg.audit == "approval" and self.rng.random() < 0.9:
+            self.h.approve("approved" if self.rng.random() < 0.9 else self.rng.choice(["rejected", "timed_out"]))
+
     def setup(self) -> None:
         new_gen = self.h.job is None
         self.h.setup()
@@ -1224,6 +1446,8 @@ class Driver:
             choices.append((0.7, lambda: self.h.fail(rng.choice(open_tries).n)))
         if committed:
             choices.append((0.3, lambda: self.h.recommit(rng.choice(committed).n)))
+        if h.cfg.audit is not None:
+            choices.append((1.5, self.audit))
         total = sum(w for w, _ in choices)
         x = rng.random() * total
         for w, action in choices:
@@ -1242,6 +1466,7 @@ class Driver:
         for task in range(self.h.cfg.tasks):
             if self.rng.random() < 0.9:
                 self.run_try(task)
+        self.audit()
         self.commit_job()
 
     def clear_failed(self) -> None:
@@ -1250,6 +1475,7 @@ class Driver:
         for task in range(self.h.cfg.tasks):
             if (job is None or task not in job.records.get(job.app, {})) and self.rng.random() < 0.9:
                 self.run_try(task)
+        self.audit()
         self.commit_job()
 
 
@@ -1262,7 +1488,7 @@ def run_schedule(seed: int, store: str = "memory", steps: int = 40, *, cfg: Conf
     rng = random.Random(f"{store}-{getattr(lifecycle, '__name__', '')}-{seed}")
     cfg = cfg or random_config(rng, store)
     if overrides:
-        cfg = replace(cfg, **overrides)
+        cfg = replace(cfg, **overrides).fitted()
     h = lifecycle(cfg, bucket=bucket)
     d = (driver or getattr(lifecycle, "driver", Driver))(h, rng)
     try:

@@ -26,6 +26,7 @@ import random
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import pytest
@@ -268,6 +269,9 @@ class ProcessLifecycle(Lifecycle):
 
     def __init__(self, cfg: Config, target: lc.Target | None = None, *, bucket: str | None = None) -> None:
         assert cfg.store != "memory", "worker processes share the store: local disk or S3"
+        # an audited stage's schedules run in one process (lifecycle.py); its kills and zombie audits are the
+        # fault matrix's (tests/protocol/test_audit_faults.py)
+        cfg = replace(cfg, audit=None)
         self.workers: dict[int, Worker] = {}
         self.armed: str | None = None
         self.armed_stop: str | None = None

@@ -56,6 +56,14 @@ def test_random_schedules_local(algorithm: int) -> None:
     run_random("local", max(1, COUNT // 2), algorithm=algorithm)
 
 
+@pytest.mark.parametrize("audit", ["checks", "data", "approval"])
+def test_random_schedules_audited(audit: str) -> None:
+    """An audited stage (a third of every random run's schedules are too): a failed audit refuses the tasks it
+    blames for recovery, the job commit refuses every verdict but a passing one of exactly its commits (approved,
+    with an approval), and the data callable reads exactly the commits the job commit would publish."""
+    run_random("memory", max(1, COUNT // 4), audit=audit)
+
+
 @pytest.mark.parametrize("table_format", ["delta", "iceberg"])
 def test_random_schedules_table(table_format: str) -> None:
     """The lifecycle against a Delta or Iceberg table: the format's reader sees the committed state exactly."""
@@ -367,3 +375,34 @@ def test_v2_teardown_killed_between_record_and_files_does_not_block_the_rerun(tm
     c.commit_job(1)
     table = ds.dataset(root, format="parquet").to_table()
     assert table.num_rows == 10 and set(table.column("attempt").to_pylist()) == {2}
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Found by the audited schedules (issue 35), fixed on the branch that added them.
+def test_v2_task_an_audit_refused_runs_again_in_the_next_application_attempt() -> None:
+    """Algorithm 2 published task 0's files at its task commit; the audit failed and refused that commit for
+    recovery; the next application attempt ran the task again, and its commit was refused ("would replace 1
+    visible file(s)": the same names, task and generation), on every clear: the stage was stuck unless a teardown
+    withdrew the files first. A commit recovery declines as refused is now superseded, as one made for other
+    inputs: the new try replaces its files."""
+    h = Lifecycle(Config(store="memory", algorithm=2, mode="append", tasks=1, partition_by=(), old_data=False,
+                         audit="checks"))
+    try:
+        h.setup()
+        h.start(n=5, task=0, parts=[[]])   # try 5 writes ok = -1 (lifecycle.is_bad)
+        h.write(n=5)
+        h.close(n=5)
+        h.commit(n=5)
+        h.audit()
+        assert h.job.refused == {0: lc.Rec(5, 0)}
+        h.setup()
+        h.start(n=15, task=0, parts=[[]])
+        h.write(n=15)
+        h.close(n=15)
+        h.commit(n=15)
+        assert h.tries[15].stage == "committed"
+        h.audit()
+        h.commit_job()
+        assert h.events["commit_job: committed"] == 1 and h.S == h.rows_of([lc.Rec(15, 1)])
+    finally:
+        h.dispose()

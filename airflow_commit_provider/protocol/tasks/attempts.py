@@ -368,18 +368,21 @@ class TaskAttempts:
         between), with the markers above withdrawn first (I9). The withdrawn commit's files this attempt does not
         write again are swept by the job commit (or the next abort) as strays of the generation.
 
-        So are the files of a commit recovery declined for other inputs (:meth:`recover`) and of every older one:
-        recovery adopts only the newest earlier commit, and job commit takes this attempt's record, created
-        before its first move."""
+        So are the files of a commit recovery declined (:meth:`recover`: made for other inputs, or refused by a job
+        commit or an audit, :mod:`..records.refused`) and of every older one: recovery adopts only the newest
+        earlier commit, and job commit takes this attempt's record, created before its first move."""
         own = {p for p in visible if p.rsplit("/", 1)[-1].startswith(ta.file_prefix)}
         if not own:
             return own
         superseded = False
-        for app in self.job.app_attempts(self.job.require_job()):   # newest first
+        job = self.job.require_job()
+        refused = self.job.refused_tasks(job)
+        for app in self.job.app_attempts(job):   # newest first
             rec = self.record(app, ta.task, ta.job_uuid)
             if rec is None:
                 continue
-            superseded = superseded or (app < ta.app_attempt and not rec.same_inputs(ta.inputs))
+            superseded = superseded or (app < ta.app_attempt and (not rec.same_inputs(ta.inputs)
+                                                                  or refused.refuses(rec)))
             if not superseded:
                 own -= {f.path for f in rec.files}
         return own
