@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from ..conftest import TEST_WORK
+from ..s3.faultproxy import Throttle
 from ..support import start_azurite, start_fake_gcs
 
 # before anything imports gcsfs: fsspec's gs:// class must be gcsfs's core one here (see tests/support.py)
@@ -51,6 +52,8 @@ class Cloud:
     through: Callable[[str], dict[str, Any]]
     #: the fault proxy's rule for the store's create-if-absent requests
     create_rule: dict[str, Any]
+    #: what the store answers a request it throttles (the fault proxy's ``slowdown``)
+    throttle: Throttle
 
     def bucket(self) -> str:
         """A new, empty bucket (GCS) or container (Azure)."""
@@ -108,7 +111,10 @@ def gcs() -> Cloud:
         "endpoint_url": url, "project": "test", "token": "anon"}})
     return Cloud("gcs", "gs", url, "commit_gcs", ("STORAGE_EMULATOR_HOST", "FSSPEC_GS_TOKEN"), gcs_filesystem,
                  lambda proxy: {"endpoint_url": proxy, "token": "anon"},
-                 {"method": "POST", "query": "ifGenerationMatch"})
+                 {"method": "POST", "query": "ifGenerationMatch"},
+                 Throttle(429, "application/json", json.dumps({"error": {
+                     "code": 429, "message": "The rate of change requests to the object is too high.",
+                     "errors": [{"reason": "rateLimitExceeded"}]}}).encode()))
 
 
 def azure() -> Cloud:
@@ -120,7 +126,9 @@ def azure() -> Cloud:
         "connection_string": env["AZURE_STORAGE_CONNECTION_STRING"]}})
     return Cloud("azure", "abfs", url, "commit_azure", ("AZURE_STORAGE_CONNECTION_STRING",), azure_filesystem,
                  lambda proxy: {"connection_string": azurite_connection_string(proxy)},
-                 {"method": "PUT", "header": "If-None-Match"})
+                 {"method": "PUT", "header": "If-None-Match"},
+                 Throttle(503, "application/xml", b'<?xml version="1.0" encoding="utf-8"?><Error><Code>ServerBusy'
+                                                  b"</Code><Message>The server is busy.</Message></Error>"))
 
 
 CLOUDS = {"gcs": gcs, "azure": azure}

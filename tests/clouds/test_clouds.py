@@ -20,6 +20,7 @@ from airflow_commit_provider.protocol.stores import AzureStore, GCSStore
 from ..protocol import lifecycle as lc
 from ..protocol import scenario as sc
 from ..protocol.test_crash_matrix import MIDWAY, expect_killed, spawn
+from ..protocol.test_marker_reads import poll_while_jobs_commit
 from ..s3.faultproxy import FaultProxy
 
 COUNT = int(os.environ.get("COMMIT_CLOUD_SCHEDULES", "3"))
@@ -169,3 +170,15 @@ def test_deleting_named_objects_deletes_each_once_and_a_missing_one_stops_nothin
     assert [p for p, _ in store_for(cloud.root(bucket, "out")).list_files("d")] == []
     if cloud.name == "azure":
         assert sent == 4, f"{sent} requests to delete 4 named blobs"
+
+
+#: jobs the writer commits while the reader polls (each commit is a few dozen requests to the emulator)
+MARKER_JOBS = 12
+
+
+@pytest.mark.parametrize("mode,algorithm", [("overwrite", 1), ("dynamic", 2)])
+def test_a_reader_polling_while_jobs_replace_the_marker_is_right_or_not_ready(cloud, bucket, mode, algorithm):
+    """tests/protocol/test_marker_reads.py on the store: a writer process commits job after job into one target
+    while a reader process polls its markers with ``verify_files=True``; no read is CorruptRecord, and every marker
+    accepted lists exactly what its job left visible."""
+    poll_while_jobs_commit(cloud.root(bucket, "polled"), mode, algorithm, MARKER_JOBS)

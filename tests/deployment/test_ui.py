@@ -594,6 +594,8 @@ def test_extra_links_open_distinct_views_inside_airflow(browser, deployment, com
     page.wait_for_url(f"{deployment.base}/{TAB}?view=target")
     page.wait_for_selector("[data-testid=commit-status][data-view=target] [data-testid=files-table]")
     assert page.inner_text("[data-testid=target]") == committed_run["output"]
+    # the table is drawn before its page of files arrives; the page's rows are drawn at once, with the first
+    page.wait_for_selector("[data-testid=file-row]")
     files = page.locator("[data-testid=file-row]")
     assert files.count() == min(50, committed_run["totals"]["files"])
     assert {files.nth(i).locator("td").first.inner_text() for i in range(files.count())} <= {

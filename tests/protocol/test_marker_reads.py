@@ -33,11 +33,11 @@ NOT_READY = ("FileNotFoundError", "MarkerChanging")
 MAX_POLLS = 1_000_000
 
 
-def _writer(root: str, mode: str, algorithm: int, started, done, out) -> None:
-    """JOBS jobs one after the other into *root*, each a complete commit with the protocol's own committer."""
+def _writer(root: str, mode: str, algorithm: int, jobs: int, started, done, out) -> None:
+    """*jobs* jobs one after the other into *root*, each a complete commit with the protocol's own committer."""
     started.wait(timeout=120)
     try:
-        for k in range(JOBS):
+        for k in range(jobs):
             manifest = commit_one(root, k, mode, algorithm)
             out.put((manifest["job_id"], [(f["path"], f["size"]) for f in manifest["files"]]))
     finally:
@@ -53,7 +53,7 @@ def _reader(root: str, dirs: list[str], started, done, out) -> None:
 
     def poll(d: str) -> None:
         try:
-            m = read_success_marker(os.path.join(root, d) if d else root, verify_files=True)
+            m = read_success_marker(f"{root}/{d}" if d else root, verify_files=True)
         except Exception as exc:  # noqa: BLE001 - every outcome is counted and judged by the test
             outcomes[type(exc).__name__] += 1
             if isinstance(exc, CorruptRecord) and len(errors) < 5:
@@ -99,16 +99,20 @@ def test_a_reader_polling_while_jobs_replace_the_marker_is_right_or_not_ready(tm
     """A writer process commits JOBS jobs into one target while a reader process polls the markers: no poll raises
     CorruptRecord, and every manifest the reader accepted is exactly what that job committed (its files, and as
     retained the other files visible after it), so an accepted marker was true when it was read."""
-    root = str(tmp_path / "out")
+    poll_while_jobs_commit(str(tmp_path / "out"), mode, algorithm, JOBS)
+
+
+def poll_while_jobs_commit(root: str, mode: str, algorithm: int, count: int) -> None:
+    """The test above on *root* (a local path or an object store's URL: tests/clouds), with *count* jobs."""
     first = commit_one(root, -1, mode, algorithm)  # a committed target before the reader starts
     ctx = mp.get_context("spawn")
     started, done, jobs_q, reader_q = ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue()
     dirs = ["", "day=d0"] if mode == "dynamic" else [""]
-    writer = ctx.Process(target=_writer, args=(root, mode, algorithm, started, done, jobs_q))
+    writer = ctx.Process(target=_writer, args=(root, mode, algorithm, count, started, done, jobs_q))
     reader = ctx.Process(target=_reader, args=(root, dirs, started, done, reader_q))
     writer.start()
     reader.start()
-    jobs = [jobs_q.get(timeout=300) for _ in range(JOBS)]
+    jobs = [jobs_q.get(timeout=300) for _ in range(count)]
     outcomes, accepted, errors = reader_q.get(timeout=300)
     writer.join(60)
     reader.join(60)

@@ -6,11 +6,14 @@ moto and, where a :class:`Rule` says so, does one of
 
 - ``lose``: forward the request, read moto's answer, then close the connection without sending it;
 - ``reset``: close the connection (TCP reset) before forwarding anything: the request never took effect;
-- ``slowdown``: answer ``503 SlowDown`` without forwarding, as a throttled S3 does.
+- ``slowdown``: answer ``503 SlowDown`` without forwarding, as a throttled S3 does (another store's throttle answer
+  through *throttle*: Google Cloud Storage's ``429``, Azure's ``503 ServerBusy``).
 
 Where moto differs from S3 on what a fault exposes, the proxy answers as S3 does: a CompleteMultipartUpload of an
 upload already completed gets ``404 NoSuchUpload`` (the upload is gone, its object is there; moto answers 200
-again), which is what a completion resent after its first answer was lost meets on S3.
+again), which is what a completion resent after its first answer was lost meets on S3. Likewise in front of
+fake-gcs-server: a Google Cloud Storage resumable upload session that completed answers a resent final request
+with the object it made (``200``), as GCS keeps a session for a week; the emulator forgets it (``404``).
 
 A rule matches by method, by query parameter (``uploads``, ``uploadId``), by request header (``If-None-Match``) and
 by a substring of the path, and fires on every *every*-th matching request, at most *limit* times. What it did is
@@ -35,9 +38,26 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 ACTIONS = ("lose", "reset", "slowdown")
-#: the answers the proxy gives in the server's place: (status, S3 error code, message)
-_ANSWERS = {"slowdown": (503, "SlowDown", "Please reduce your request rate."),
-            "nosuchupload": (404, "NoSuchUpload", "The specified upload does not exist.")}
+
+
+@dataclass(frozen=True)
+class Throttle:
+    """An answer the proxy gives in the server's place (a store's to a request it throttles): status, content
+    type, body."""
+
+    status: int
+    content_type: str
+    body: bytes
+
+
+def _error_xml(code: str, message: str) -> bytes:
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{message}'
+            "</Message></Error>").encode()
+
+
+S3_THROTTLE = Throttle(503, "application/xml", _error_xml("SlowDown", "Please reduce your request rate."))
+#: S3's answer to a completion of an upload it completed already (moto answers 200 again)
+_NO_SUCH_UPLOAD = Throttle(404, "application/xml", _error_xml("NoSuchUpload", "The specified upload does not exist."))
 
 
 @dataclass
@@ -84,8 +104,11 @@ class Rule:
 class FaultProxy:
     """An HTTP proxy on 127.0.0.1 in front of *upstream* (moto's server URL), in a thread of this process."""
 
-    def __init__(self, upstream: str, *, lifetime: float = 600.0, timeout: float = 30.0) -> None:
+    def __init__(self, upstream: str, *, lifetime: float = 600.0, timeout: float = 30.0,
+                 throttle: Throttle | None = None) -> None:
         parts = urlsplit(upstream)
+        #: what ``slowdown`` answers (default: S3's)
+        self.throttle = throttle or S3_THROTTLE
         if parts.hostname not in ("127.0.0.1", "localhost"):
             raise ValueError(f"the fault proxy forwards to loopback only, not {upstream}")
         self.upstream = (parts.hostname, parts.port or 80)
@@ -95,6 +118,9 @@ class FaultProxy:
         #: upload ids whose completion moto accepted (S3 forgets those: see the module docstring)
         self.completed: set[str] = set()
         self.nosuchupload = 0
+        #: GCS resumable sessions the emulator completed: upload_id -> its final answer (see the module docstring)
+        self.sessions: dict[str, Throttle] = {}
+        self.sessions_replayed = 0
         #: requests the server itself failed to answer (it refused the connection, or timed out)
         self.upstream_errors = 0
         #: ``(method, path, action)`` of every request a fault hit, in order (what a failing test shows)
@@ -140,6 +166,7 @@ class FaultProxy:
         """``{rule description: times fired}`` and the requests seen in all."""
         with self._lock:
             return {"requests": self.requests, "NoSuchUpload answered": self.nosuchupload,
+                    "completed sessions replayed": self.sessions_replayed,
                     "server errors": self.upstream_errors,
                     **{r.describe(): r.fired for r in self.rules}}
 
@@ -152,6 +179,10 @@ class FaultProxy:
                 self.nosuchupload += 1
                 self.hits.append((method, path, "nosuchupload"))
                 return "nosuchupload"
+            if method == "PUT" and query.get("upload_id", [""])[0] in self.sessions:
+                self.sessions_replayed += 1
+                self.hits.append((method, path, "session"))
+                return "session"
             for rule in self.rules:
                 if rule.fired < rule.limit and rule.matches(method, split.path, query, headers):
                     rule.matched += 1
@@ -202,15 +233,15 @@ class FaultProxy:
                 if action == "reset":
                     self._drop(reset=True)
                     return
-                if action in _ANSWERS:
-                    status, code, message = _ANSWERS[action]
-                    doc = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{message}'
-                           "</Message></Error>").encode()
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/xml")
-                    self.send_header("Content-Length", str(len(doc)))
+                session = parse_qs(urlsplit(self.path).query).get("upload_id", [""])[0]
+                answer = {"slowdown": proxy.throttle, "nosuchupload": _NO_SUCH_UPLOAD,
+                          "session": proxy.sessions.get(session)}.get(action or "")
+                if answer is not None:
+                    self.send_response(answer.status)
+                    self.send_header("Content-Type", answer.content_type)
+                    self.send_header("Content-Length", str(len(answer.body)))
                     self.end_headers()
-                    self.wfile.write(doc)
+                    self.wfile.write(answer.body)
                     return
                 forward = {k: v for k, v in self.headers.items() if k.lower() != "transfer-encoding"}
                 if "transfer-encoding" in headers:
@@ -231,6 +262,10 @@ class FaultProxy:
                 if self.command == "POST" and upload and resp.status == 200 and b"<Error>" not in payload:
                     with proxy._lock:
                         proxy.completed.add(upload)
+                if self.command == "PUT" and session and resp.status in (200, 201):
+                    with proxy._lock:
+                        proxy.sessions[session] = Throttle(200, resp.getheader("Content-Type", "application/json"),
+                                                           payload)
                 if action == "lose":   # it took effect upstream; the client never hears of it
                     self._drop(reset=False)
                     return
@@ -286,4 +321,4 @@ def retrying_throttles() -> Iterator[None]:
         s3fs.core.set_custom_error_handler(saved)
 
 
-__all__ = ["ACTIONS", "FaultProxy", "Rule", "proxied_store", "retrying_throttles"]
+__all__ = ["ACTIONS", "S3_THROTTLE", "FaultProxy", "Rule", "Throttle", "proxied_store", "retrying_throttles"]

@@ -35,6 +35,7 @@ from airflow_commit_provider.protocol import (
 )
 
 from ..protocol import scenario as sc
+from ..netfaults import Steps
 from .faultproxy import proxied_store
 
 ALGORITHMS = [1, 2, "magic"]
@@ -65,8 +66,6 @@ CELLS = [(a, s, f) for a in ALGORITHMS for s in SCHEDULES for f in FLOWS
          if (s != "completes-lost" or a == "magic") and (FULL or (a, s, f) in CI_CELLS)]
 #: what a step may fail with when the network outlasts the client's retries: the client's error or the protocol's
 CLEAR_ERRORS = (CommitProtocolError, OSError, botocore.exceptions.BotoCoreError)
-#: tries of one step (Airflow's retries); a step still failing after them is a test failure
-TRIES = 3
 
 _RESULTS: list[tuple[str, str]] = []
 
@@ -172,52 +171,6 @@ def test_a_completion_refused_finds_no_stranger_object_its_own(bucket, fault_pro
 
 
 # ---------------------------------------------------------------------------------------------- the matrix
-class Steps:
-    """A job's steps as Airflow runs them, each tried again (up to :data:`TRIES`) when it fails: a setup retry, a
-    task's next try, a commit or abort retry. Every failure is recorded, and must be a clear error."""
-
-    def __init__(self, store, algorithm) -> None:
-        self.store, self.algorithm = store, algorithm
-        self.failures: list[str] = []
-        self.next_attempt = {t: 1 for t in range(sc.TASKS)}
-
-    def _try(self, name: str, step):
-        for _ in range(TRIES):
-            try:
-                return step()
-            except CLEAR_ERRORS as exc:
-                assert str(exc).strip(), f"{name} failed with an empty {type(exc).__name__}"
-                self.failures.append(f"{name}: {type(exc).__name__}: {str(exc)[:300]}")
-        pytest.fail(f"{name} still failed after {TRIES} tries: {self.failures}")
-
-    def setup(self) -> None:
-        self._try("setup", lambda: committer(self.store, self.algorithm).setup_job())
-
-    def task(self, t: int, fail: bool = False) -> None:
-        def attempt():
-            a = self.next_attempt[t]
-            self.next_attempt[t] += 1
-
-            def produce(w):
-                w.write(sc.task_table(t, a))
-                if fail:
-                    raise RuntimeError(f"user code of task {t} failed")
-
-            return run_task_attempt(committer(self.store, self.algorithm), t, a, produce)
-
-        if fail:
-            with pytest.raises(RuntimeError, match="user code"):
-                attempt()
-            return
-        self._try(f"task {t}", attempt)
-
-    def commit(self) -> dict:
-        return self._try("commit", lambda: committer(self.store, self.algorithm).commit_job(sc.TASKS))
-
-    def abort(self) -> dict:
-        return self._try("abort", lambda: committer(self.store, self.algorithm).abort_job())
-
-
 def job_keys(bucket: str, prefix: str) -> list[str]:
     resp = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix)
     return [o["Key"] for o in resp.get("Contents", [])]
@@ -239,7 +192,7 @@ def test_commit_points_under_network_faults(bucket, fault_proxy, algorithm, sche
     store = proxied_store(fault_proxy, root)
     for rule in SCHEDULES[schedule]:
         fault_proxy.add(**rule)
-    steps = Steps(store, algorithm)
+    steps = Steps(lambda: committer(store, algorithm), CLEAR_ERRORS)
     steps.setup()
     if flow == "abort":
         steps.task(0)
