@@ -31,7 +31,8 @@ from ..protocol import FileOutputCommitter
 from ..protocol.audit.run import audit_status
 from . import airflow_state
 from .generations import run_generation
-from .read_model import FilePage, RunModel, RunStatus, StageModel, TaskPage, TaskStatus, Version
+from .read_model import RunModel, StageModel
+from .view_models import FilePage, RunStatus, TaskPage, TaskStatus, Version
 from .task_order import TaskSort, sort_rows
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, get_args
 
-from .read_model import TaskRow, TaskStatus
+from .view_models import TaskRow, TaskStatus
 
 TaskSort = Literal["task", "status", "attempt", "files", "rows", "bytes", "duration"]
 
