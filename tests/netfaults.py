@@ -63,3 +63,13 @@ class Steps:
 
     def abort(self) -> dict[str, Any]:
         return self._try("abort", lambda: self.committer().abort_job())
+
+    def failed_run_aborted(self, url: str) -> None:
+        """A run whose task 2 fails after tasks 0 and 1 committed, and its teardown: the target at *url* holds
+        exactly the old data again (the caller checks what the store must not keep)."""
+        self.task(0)
+        self.task(1)
+        self.task(2, fail=True)
+        self.abort()
+        assert sorted((r["task"], r["row"]) for r in sc.read_rows(url)) == \
+            sorted((sc.OLD_TASK, r) for rows in sc.OLD_FILES.values() for r in rows), "abort: the target as before"

@@ -71,12 +71,7 @@ def test_a_job_through_network_faults_commits_every_row_once(cloud, bucket, algo
                                              partition_by=["day"], commit_threads=2), CLEAR_ERRORS)
         steps.setup()
         if flow == "abort":
-            steps.task(0)
-            steps.task(1)
-            steps.task(2, fail=True)
-            steps.abort()
-            assert sorted((r["task"], r["row"]) for r in sc.read_rows(url)) == \
-                sorted((sc.OLD_TASK, r) for rows in sc.OLD_FILES.values() for r in rows), "abort: the target as before"
+            steps.failed_run_aborted(url)
             assert not direct.find(f"{bucket}/table/_temporary/{sc.JOB}"), "abort left the job's records"
             steps.setup()   # the re-run
         for t in range(sc.TASKS):

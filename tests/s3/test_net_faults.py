@@ -195,12 +195,7 @@ def test_commit_points_under_network_faults(bucket, fault_proxy, algorithm, sche
     steps = Steps(lambda: committer(store, algorithm), CLEAR_ERRORS)
     steps.setup()
     if flow == "abort":
-        steps.task(0)
-        steps.task(1)
-        steps.task(2, fail=True)
-        steps.abort()
-        assert sorted((r["task"], r["row"]) for r in sc.read_rows(url)) == \
-            sorted((sc.OLD_TASK, r) for rows in sc.OLD_FILES.values() for r in rows), "abort: the target as before"
+        steps.failed_run_aborted(url)
         assert not job_keys(bucket, f"table/_temporary/{sc.JOB}/"), "abort left the job's records"
         assert pending(bucket) == [], "abort left pending uploads"
         steps.setup()   # the re-run
