@@ -33,6 +33,7 @@ from .records.success import marker_dirs_above, withdraw_markers
 from .stage import Stage
 from .tasks.attempts import TaskAttempts
 from .timing import StageClock, StageStopped
+from .stores.helpers import delete_and_prune
 
 
 def abort_job(scope: Job, *, keep_committed: bool = False) -> dict[str, Any]:
@@ -181,7 +182,7 @@ class RemoveStrays(AbortStage):
             strays = [p for p in strays if p not in live]
         if strays:
             withdraw_markers(scope.store, marker_dirs_above(strays))
-            scope.store.delete_and_prune(strays, scope.commit_threads, mid_delete)
+            delete_and_prune(scope.store, strays, scope.commit_threads, mid_delete)
         run.removed_visible += strays
 
 
@@ -231,7 +232,7 @@ class WriteAbortRecord(AbortStage):
                           "visible_files_removed": len(run.removed_visible)}))
         inject("abort_job.after_delete")
         if record is not None and superseded(scope, run.job, run.apps):   # written late
-            scope.store.delete_and_prune([record], 1, lambda: None)
+            delete_and_prune(scope.store, [record], 1, lambda: None)
             raise StoodDown(self.name)
         return run.result()
 

@@ -38,6 +38,7 @@ from .records.task import TaskCommitRecord
 from .stores import Store
 from .tables.common import TableTarget
 from .targetclaim import TargetClaim
+from .stores.helpers import delete_and_prune
 
 
 class Job:
@@ -369,7 +370,7 @@ class Job:
             return
         job = self.job_record()
         current = {self.layout.abort_record(int(n), job.job_uuid) for n in apps} if job is not None else set()
-        self.store.delete_and_prune([rel for rel in found if rel not in current], 1, lambda: None)
+        delete_and_prune(self.store, [rel for rel in found if rel not in current], 1, lambda: None)
 
 
 __all__ = ["Job"]

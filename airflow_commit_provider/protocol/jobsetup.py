@@ -21,6 +21,7 @@ from .records.inputs import record_inputs
 from .records.job import CommitLog, JobRecord, Replaces
 from .replacing import holders, refuse_mixed
 from .tables.ownership import refuse_file_job
+from .stores.helpers import missing
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ def replaced_generation(scope: Job, log: CommitLog) -> Replaces:
     mode would keep that file (``append``, ``error``: ``dynamic`` is decided at the commit, by the partitions it
     writes; ``overwrite`` deletes it anyway)."""
     files = {f["path"] for f in log.files}
-    if scope.mode.name == "overwrite" or scope.table is not None or not scope.store.missing(sorted(files)):
+    if scope.mode.name == "overwrite" or scope.table is not None or not missing(scope.store, sorted(files)):
         # replaces everything (a table: by its transaction), or every file is where the generation left it
         return Replaces(log.job_uuid, log.generation, tuple(sorted(files)))
     found = holders(scope.store, files, scope.visible_files(), threads=scope.commit_threads,

@@ -161,6 +161,15 @@ def partition_dir(keys: Iterable[str], values: Iterable[object]) -> str:
     return "/".join(partition_component(key, value) for key, value in zip(keys, values))
 
 
+def by_directory(rels: Iterable[str]) -> dict[str, set[str]]:
+    """*rels* grouped by their directory (``""``: the root): one listing per directory answers for all of them."""
+    wanted: dict[str, set[str]] = {}
+    for rel in rels:
+        head, _, name = rel.rpartition("/")
+        wanted.setdefault(head, set()).add(name)
+    return wanted
+
+
 def partition_of(relpath: str) -> str:
     """The partition directory of a file's relative path (``""`` for a file at the root)."""
     head, _, _ = relpath.rpartition("/")

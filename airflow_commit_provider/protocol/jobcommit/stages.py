@@ -37,6 +37,7 @@ from ..tasks.attempts import TaskAttempts
 from . import names
 from .stage import Plan, Stage
 from .table import check_table
+from ..stores.helpers import delete_and_prune
 
 
 class RecoverTasks(Stage[Sequence[int], dict[int, TaskCommitRecord]]):
@@ -207,7 +208,7 @@ class Publish(Stage[Plan, int]):
 
     def apply(self, plan: Plan) -> int:
         if self.run.job.replace_first:
-            self.scope.store.delete_and_prune(plan.fixed.deletions, self.scope.commit_threads, mid_delete)
+            delete_and_prune(self.scope.store, plan.fixed.deletions, self.scope.commit_threads, mid_delete)
         with self.scope.store.batch():  # each directory the moves changed fsynced once, before the deletions
             renamed = self.scope.publisher.publish(plan.recs)
         self.scope.publisher.after_publish(self.run.job.job_uuid, plan.recs)
@@ -225,7 +226,7 @@ class DeleteOld(Stage[Plan, int]):
 
     def apply(self, plan: Plan) -> int:
         if not self.run.job.replace_first:
-            self.scope.store.delete_and_prune(plan.fixed.deletions, self.scope.commit_threads, mid_delete)
+            delete_and_prune(self.scope.store, plan.fixed.deletions, self.scope.commit_threads, mid_delete)
         return len(plan.fixed.deletions)
 
     def counts(self, out: int) -> dict[str, int]:

@@ -9,6 +9,7 @@ from ..faults import mid_delete
 from ..records.success import marker_dirs_above, withdraw_markers
 from ..records.task import TaskCommitRecord
 from .base import Publisher, complete_moves
+from ..stores.helpers import delete_and_prune, missing
 
 
 class TaskCommitPublisher(Publisher):
@@ -33,12 +34,12 @@ class TaskCommitPublisher(Publisher):
     def clobbered(self, paths: Sequence[str]) -> list[str]:
         # a visible file of that name belongs to another job (a user-chosen name), or to the winner of this task
         # when a zombie asks: moving over it would lose its rows (the v1 plan refuses the same at job commit)
-        return sorted(set(paths) - set(self.store.missing(list(paths))))
+        return sorted(set(paths) - set(missing(self.store, list(paths))))
 
     def publish(self, recs: Sequence[TaskCommitRecord]) -> int:
-        missing = self.store.missing([f.path for rec in recs for f in rec.files])
-        if missing:
-            raise CorruptRecord(f"job {self.job_id}: committed v2 file(s) missing from the output: {missing[:5]}")
+        gone = missing(self.store, [f.path for rec in recs for f in rec.files])
+        if gone:
+            raise CorruptRecord(f"job {self.job_id}: committed v2 file(s) missing from the output: {gone[:5]}")
         return 0
 
     def strays(self, visible: set[str], planned: set[str], job_uuid: str) -> set[str]:
@@ -48,9 +49,9 @@ class TaskCommitPublisher(Publisher):
     def withdraw_commit(self, rec: TaskCommitRecord, keep: Collection[str] = ()) -> list[str]:
         """The record is gone already (see the abort): remove the visible files, the markers above them first."""
         paths = [f.path for f in rec.files if f.path not in keep]
-        present = sorted(set(paths) - set(self.store.missing(paths)))
+        present = sorted(set(paths) - set(missing(self.store, paths)))
         withdraw_markers(self.store, marker_dirs_above(present))
-        self.store.delete_and_prune(present, self.threads, mid_delete)
+        delete_and_prune(self.store, present, self.threads, mid_delete)
         self.store.delete_tree(rec.work_dir)
         return present
 

@@ -46,6 +46,7 @@ from ..faults import inject
 from ..layout import CLAIMS, TEMPORARY, JobLayout
 from ..stores import Store
 from .job import JobRecord
+from ..stores.helpers import missing
 
 KIND = "input-claim"
 #: how often a claimant re-reads a chain that others keep appending to before it gives up (refuses)
@@ -170,7 +171,7 @@ def sweep(store: Store) -> int:
     alongside claimants: one that claims a gone input refuses when it checks the input afterwards."""
     chains = sorted({rel.rsplit("/", 1)[0] for rel in store.list_names(CLAIMS) if "/" in rel})
     removed = 0
-    for rel in store.missing(chains) if chains else []:
+    for rel in missing(store, chains) if chains else []:
         top = newest(store, rel)
         if top is not None and is_alive(store, top):
             continue

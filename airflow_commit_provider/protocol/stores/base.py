@@ -5,14 +5,23 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Container, Iterable, Sequence
-from typing import IO, Any
+from typing import IO
 
 from ..parallel import parallel
-from ..paths import is_hidden, partition_of
+from ..paths import by_directory, is_hidden
 
 
 class Store(ABC):
-    """Operations under one output root. Subclasses fix atomicity; see the module docstring."""
+    """Operations under one output root. Subclasses fix atomicity; see the package docstring.
+
+    The port has two tiers. The **primitives** are abstract: a store implements them (and :meth:`_create_new`,
+    its atomic create-if-absent), and with them alone it runs every job, commit, abort and overwrite. The other
+    methods are **built on the primitives** here, and a store overrides one only to do it faster or with a stronger
+    primitive of its own: the local disk lists without a stat per file, links instead of writing, renames a
+    directory at once and defers its fsyncs to the end of a batch; the object stores copy server-side and delete in
+    batches (:mod:`.copying`); S3 reads a listing's ETags. What no store does its own way is not here but in
+    :mod:`.helpers`, as functions of a store. docs/design.md has the table: which store tunes what, and why.
+    """
 
     #: ``True`` when :meth:`link_no_replace` exists: a move is one metadata operation that can refuse to replace
     #: (hard links on a local disk). v1 task commit then stages files next to the other tasks' committed files.
@@ -155,18 +164,6 @@ class Store(ABC):
                 out.append(head)
         return sorted(out)
 
-    def missing(self, rels: list[str]) -> list[str]:
-        """Those of *rels* that do not exist: one listing per directory involved, not one request per file."""
-        by_dir: dict[str, list[str]] = {}
-        for rel in rels:
-            head, _, name = rel.rpartition("/")
-            by_dir.setdefault(head, []).append(name)
-        out = []
-        for head, names in by_dir.items():
-            present = set(self.list_dir(head))
-            out += [f"{head}/{n}" if head else n for n in names if n not in present]
-        return out
-
     def file_versions(self, rels: Sequence[str]) -> dict[str, tuple[int, str]]:
         """``(size, version)`` of each of *rels* that exists (missing ones are left out), one listing per directory.
 
@@ -203,15 +200,6 @@ class Store(ABC):
             after_each()
 
         parallel(delete, list(rels), threads)
-
-    def delete_and_prune(self, rels: Sequence[str], threads: int, after_each: Callable[[], None]) -> None:
-        """Delete files (:meth:`delete_many`), then the directories that became empty, deepest first: what a job
-        commit's deletions and an abort's sweep leave is no empty partition directory."""
-        self.delete_many(rels, threads, after_each)
-        with self.batch():
-            for d in sorted({partition_of(p) for p in rels} - {""}, key=lambda p: -p.count("/")):
-                while d and self.remove_dir_if_empty(d):
-                    d = partition_of(d)
 
     def publish_files(self, moves: Sequence[tuple[str, str, int | None]], threads: int,
                       after_each: Callable[[], None]) -> None:
@@ -295,44 +283,3 @@ class Store(ABC):
     def ensure_root(self) -> None:
         """Make sure the output root exists (the pre-task of an overwrite)."""
         self.makedirs("")
-
-
-def by_directory(rels: Iterable[str]) -> dict[str, set[str]]:
-    """*rels* grouped by their directory (``""``: the root): one listing per directory answers for all of them."""
-    wanted: dict[str, set[str]] = {}
-    for rel in rels:
-        head, _, name = rel.rpartition("/")
-        wanted.setdefault(head, set()).add(name)
-    return wanted
-
-
-class CopyPublishing:
-    """Publishing and deleting where a store has no rename and deletes in batches (object stores): mixed in before
-    :class:`Store`. A store says how many keys one delete request takes (:attr:`delete_batch`)."""
-
-    #: keys one batched delete request takes
-    delete_batch = 100
-
-    def delete_many(self: Any, rels: Sequence[str], threads: int, after_each: Callable[[], None]) -> None:
-        """A batch per request; *after_each* after each request."""
-        for i in range(0, len(rels), self.delete_batch):
-            self.delete_files(list(rels[i:i + self.delete_batch]))
-            after_each()
-
-    def publish_files(self: Any, moves: Sequence[tuple[str, str, int | None]], threads: int,
-                      after_each: Callable[[], None]) -> None:
-        """Copy every file (parallel; a source already gone whose copy is there was moved by an earlier try), then
-        delete the sources in batches. A crash in between copies again on resume (the sources are still there):
-        same result, no loss."""
-        def copy(item: tuple[str, str, int | None]) -> None:
-            src, dst, size = item
-            try:
-                self.copy_file(src, dst, size)
-            except FileNotFoundError:
-                if not self.exists(dst):
-                    raise
-                return
-            after_each()
-
-        parallel(copy, list(moves), threads)
-        self.delete_files([src for src, _, _ in moves])

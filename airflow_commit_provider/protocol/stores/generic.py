@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 from ..errors import InvalidOutputSpec, StorageCapabilityError
-from ..paths import is_hidden
-from .base import Store, by_directory
+from ..paths import by_directory, is_hidden
+from .base import Store
 
 _memory_lock = threading.Lock()
 

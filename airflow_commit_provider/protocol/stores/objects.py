@@ -10,8 +10,8 @@ from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..paths import is_hidden
-from .base import CopyPublishing, by_directory
+from ..paths import by_directory, is_hidden
+from .copying import CopyPublishing
 from .generic import FsspecStore
 
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..paths import is_hidden
-from .base import CopyPublishing
+from .copying import CopyPublishing
 from .generic import FsspecStore
 
 #: S3's minimum size of every part of a multipart upload but the last.
