@@ -13,7 +13,8 @@ Where moto differs from S3 on what a fault exposes, the proxy answers as S3 does
 upload already completed gets ``404 NoSuchUpload`` (the upload is gone, its object is there; moto answers 200
 again), which is what a completion resent after its first answer was lost meets on S3. Likewise in front of
 fake-gcs-server: a Google Cloud Storage resumable upload session that completed answers a resent final request
-with the object it made (``200``), as GCS keeps a session for a week; the emulator forgets it (``404``).
+with the object it made (``200``), as GCS keeps a session for a week; the emulator forgets it (``404``). The
+final request is a PUT to the session (GCS's documentation) or a POST (gcsfs sends its chunks so): both are answered.
 
 A rule matches by method, by query parameter (``uploads``, ``uploadId``), by request header (``If-None-Match``) and
 by a substring of the path, and fires on every *every*-th matching request, at most *limit* times. What it did is
@@ -179,7 +180,7 @@ class FaultProxy:
                 self.nosuchupload += 1
                 self.hits.append((method, path, "nosuchupload"))
                 return "nosuchupload"
-            if method == "PUT" and query.get("upload_id", [""])[0] in self.sessions:
+            if method in ("PUT", "POST") and query.get("upload_id", [""])[0] in self.sessions:
                 self.sessions_replayed += 1
                 self.hits.append((method, path, "session"))
                 return "session"
@@ -262,7 +263,7 @@ class FaultProxy:
                 if self.command == "POST" and upload and resp.status == 200 and b"<Error>" not in payload:
                     with proxy._lock:
                         proxy.completed.add(upload)
-                if self.command == "PUT" and session and resp.status in (200, 201):
+                if self.command in ("PUT", "POST") and session and resp.status in (200, 201):
                     with proxy._lock:
                         proxy.sessions[session] = Throttle(200, resp.getheader("Content-Type", "application/json"),
                                                            payload)
