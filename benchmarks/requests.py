@@ -5,7 +5,7 @@ Storage: Azurite), with the tests' HTTP proxy (``tests/s3/faultproxy.py``, no fa
 request the job sends is counted on the wire, by HTTP method, whatever client library sends it: the job's set-up,
 every task attempt, the job commit. Shapes: 100 tasks x 1 file, 100 tasks x 10 files, and 10 task instances of
 10 shards x 10 files (``shards_per_task``: :func:`~airflow_commit_provider.operators.shards.run_shards`, the
-operators' own shard runner). Committers: algorithms 1 and 2 everywhere, ``magic`` on S3.
+operators' own shard runner). Committers: algorithms 1 and 2 everywhere, ``magic`` on S3 and Azure.
 
 The floor beside each: what the data alone costs, one PUT per file (the files are small: no multipart upload). Bytes
 copied are the store's own count of server-side copies (algorithm 1 and 2 publish by copy on object stores; magic
@@ -37,7 +37,7 @@ from tests.support import start_azurite, start_fake_gcs, start_moto  # noqa: E40
 
 #: (task instances, shards per instance, files per shard)
 SHAPES = ((100, 1, 1), (100, 1, 10), (10, 10, 10))
-COMMITTERS = {"s3": (1, 2, "magic"), "gcs": (1, 2), "azure": (1, 2)}
+COMMITTERS = {"s3": (1, 2, "magic"), "gcs": (1, 2), "azure": (1, 2, "magic")}
 ROWS_PER_FILE = 100
 
 

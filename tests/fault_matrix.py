@@ -165,7 +165,7 @@ def run_cell(fs: str, algorithm, point: str, kill: str, base: str, *, audit: boo
 
 
 #: the file systems of the matrix and the algorithms each runs
-STORES: dict[str, tuple] = {"local": (1, 2), "s3": (1, 2, "magic"), "gcs": (1, 2), "azure": (1, 2)}
+STORES: dict[str, tuple] = {"local": (1, 2), "s3": (1, 2, "magic"), "gcs": (1, 2), "azure": (1, 2, "magic")}
 
 
 def main() -> int:

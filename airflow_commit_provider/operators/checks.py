@@ -9,7 +9,7 @@ from typing import Any
 from ..protocol import InvalidOutputSpec
 from ..protocol.config import check_threads, normalize_algorithm, partition_columns
 from ..protocol.modes import check_mode
-from ..protocol.stores import S3_SCHEMES, process_local, target_scheme
+from ..protocol.stores import STAGING_SCHEMES, process_local, target_scheme
 from ..protocol.tables import FORMATS as TABLE_FORMATS
 from ..protocol.tables import check_table_location
 from .shards import check_shard_callable, check_shards
@@ -82,9 +82,10 @@ def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
         raise bad("durable", "give True (the default: a committed output survives a power cut) or False (a "
                              "scratch target on a local disk: nothing is fsynced)")
     scheme = target_scheme(args.get("target"))
-    if out.get("algorithm") == "magic" and scheme is not None and scheme not in S3_SCHEMES:
-        raise bad("algorithm", f"the magic committer needs S3 multipart uploads and the target {args['target']!r} is "
-                               f"on {scheme!r}: use algorithm 1 or 2 there")
+    if out.get("algorithm") == "magic" and scheme is not None and scheme not in STAGING_SCHEMES:
+        raise bad("algorithm", f"the magic committer stages files under their final names (S3 multipart uploads, "
+                               f"Azure staged blocks) and the target {args['target']!r} is on {scheme!r}: use "
+                               "algorithm 1 or 2 there")
     if out.get("mode") == "dynamic" and "partition_by" in args and not out["partition_by"]:
         raise bad("partition_by", "mode='dynamic' replaces the partitions a job writes, so it needs partition_by")
     _check_table_args(args, out, bad)

@@ -31,6 +31,7 @@ from .errors import (
     MarkerChanging,
     OverlappingRun,
     OwnedByTable,
+    StagedDataExpired,
     StorageCapabilityError,
     TaskInputsChanged,
 )
@@ -50,7 +51,7 @@ __all__ = [
     "InputsClaimed", "InvalidOutputSpec",
     "JobAlreadyCommitted", "JobConfigMismatch", "Job", "JobContext", "JobIdentityCollision", "JobIncomplete",
     "JobLayout", "JobNotSetUp", "MarkerChanging", "OverlappingRun", "OwnedByTable", "RunOwner", "make_committer",
-    "LocalStore", "OutputCommitter", "StorageCapabilityError", "Store", "TaskAttemptContext", "TaskAttemptWriter",
+    "LocalStore", "OutputCommitter", "StagedDataExpired", "StorageCapabilityError", "Store", "TaskAttemptContext", "TaskAttemptWriter",
     "TaskInputsChanged",
     "TaskOutcome", "check_job_id", "normalize_algorithm", "read_success_marker", "run_task_attempt", "store_for",
 ]

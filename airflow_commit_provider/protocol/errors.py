@@ -88,6 +88,12 @@ class StorageCapabilityError(CommitProtocolError):
     """The file system lacks an operation the requested committer needs (e.g. atomic create-if-absent)."""
 
 
+class StagedDataExpired(StorageCapabilityError):
+    """The store may have discarded the job's staged data by itself (Azure drops staged blocks a week after they
+    were written): the job cannot commit them. Refused before anything visible changes; a teardown and a new run
+    write the rows again."""
+
+
 class DedupInProgress(CommitProtocolError):
     """Another deduplication of the root created its plan and has not finished it; that plan runs first."""
 

@@ -139,10 +139,11 @@ def test_the_magic_committer_off_s3_is_refused_where_the_dag_is_parsed(build, tm
 
     for target in (str(tmp_path / "events"), f"file://{tmp_path}/events", ObjectStoragePath(f"file://{tmp_path}")):
         with _dag("opbase_magic") as dag, pytest.raises(InvalidOutputSpec, match=r"algorithm='magic': the magic "
-                                                        r"committer needs S3 multipart uploads.*use algorithm 1 or 2"):
+                                                        r"committer stages files under their final names.*use algorithm 1 or 2"):
             make(target)
         assert dag.task_ids == []
-    for target, algorithm in (("s3://bucket/events", "magic"), ("{{ var.value.events }}", "magic"),
+    for target, algorithm in (("s3://bucket/events", "magic"), ("abfs://box/events", "magic"),
+                              ("{{ var.value.events }}", "magic"),
                               (str(tmp_path / "events"), 1), (str(tmp_path / "events"), 2)):
         with _dag("opbase_magic_ok") as dag:
             make(target, algorithm)

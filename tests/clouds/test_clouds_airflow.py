@@ -51,7 +51,11 @@ def only_the_connection(cloud, monkeypatch):
         yield
 
 
-@pytest.mark.parametrize("stage,algorithm", [("v1", "1"), ("v2", "2"), ("shards", "1")])
+STAGES = [(c, s, a) for c in ("gcs", "azure") for s, a in (("v1", "1"), ("v2", "2"), ("shards", "1"))]
+STAGES.append(("azure", "magic", "magic"))
+
+
+@pytest.mark.parametrize("cloud,stage,algorithm", STAGES, indirect=["cloud"], ids=["-".join(c) for c in STAGES])
 def test_a_stage_through_its_connection_commits_each_row_once(cloud, bucket, dags, monkeypatch, stage, algorithm):
     dag = getattr(dags, stage)
     (TEST_WORK / f"fail-{dag.dag_id}-1-1").touch()

@@ -254,6 +254,41 @@ if __name__ == "__main__":
     print(json.dumps({"ok": True}))
 
 
+def commit_one_deny_the_next(committer: Any, task: int = 0) -> None:
+    """Try 1 of *task* writes and commits; try 2 starts after that (it writes the same names) and is denied at
+    its commit (:class:`CommitDenied`, asserted)."""
+    from airflow_commit_provider.protocol import CommitDenied, TaskAttemptWriter
+
+    tries = []
+    for attempt in (1, 2):
+        ta = committer.setup_task(task, attempt)
+        with TaskAttemptWriter(committer, ta, partition_by=committer.partition_by) as w:
+            w.write(task_table(task, attempt))
+        tries.append((ta, w.rows))
+        if attempt == 1:
+            committer.commit_task(*tries[0])
+    try:
+        committer.commit_task(*tries[1])
+    except CommitDenied:
+        return
+    raise AssertionError(f"try 2 of task {task} committed after try 1 had")
+
+
+def wakes_after_the_commit(committer: Any) -> Any:
+    """What a try set up before its job committed writes (run it with another committer of the job, as try 1 of
+    task 0): it opens a file and writes, then try 2 of task 0 commits and the job commits (one task) through
+    *committer*, then it writes on and closes the file."""
+    def produce(w: Any) -> None:
+        fh = w.open_file(partition={"day": "d0"})
+        fh.write(b"x" * 100)
+        assert run_task_attempt(committer, 0, 2, lambda w2: w2.write(task_table(0, 2))).status == "committed"
+        committer.commit_job(1)
+        fh.write(b"y")
+        fh.close()
+
+    return produce
+
+
 def crash_after_plan(committer: Any, expected_tasks: int = 1) -> None:
     """A job commit that dies (in-process) right after fixing its plan: the job is then committing and only rolls
     forward."""

@@ -3,7 +3,8 @@ directory, table or catalog exists, with an error naming the way out, which then
 
 - A Delta or Iceberg table is committed in one transaction at job commit (algorithm 1): algorithm 2 (files
   visible at task commit) and the magic committer (uploads completed in place) are refused for both formats.
-- The magic committer needs S3 multipart uploads: on a local disk or fsspec's ``memory://`` it is refused.
+- The magic committer needs a store that stages files under their final names (S3, Azure): on a local disk or
+  fsspec's ``memory://`` it is refused.
 
 The same pairs on S3, where magic is otherwise allowed: ``tests/s3/test_refused_pairs_s3.py``.
 """
@@ -67,7 +68,7 @@ def test_the_magic_committer_off_s3_is_refused_naming_algorithms_1_and_2(tmp_pat
 
     memory = fsspec.filesystem("memory")
     root = str(tmp_path / "out") if where == "local" else "memory://refused-magic/out"
-    with pytest.raises(StorageCapabilityError, match=r"needs S3 multipart uploads.*use algorithm 1 or 2 there"):
+    with pytest.raises(StorageCapabilityError, match=r"stages files under their final names.*use algorithm 1 or 2 there"):
         make_committer(root, "job-1", algorithm="magic")
     if where == "local":
         assert os.listdir(tmp_path) == [], "the refusal made something"

@@ -147,16 +147,7 @@ def test_denied_magic_attempt_aborts_its_uploads(bucket):
     root = f"s3://{bucket}/deny"
     c = make(root, "magic")
     c.setup_job()
-    atts = []
-    for attempt in (1, 2):
-        ta = c.setup_task(0, attempt)
-        with TaskAttemptWriter(c, ta, partition_by=c.partition_by) as w:
-            w.write(sc.task_table(0, attempt))
-        atts.append((ta, w.rows))
-        if attempt == 1:
-            c.commit_task(*atts[0])  # try 2 starts after try 1 committed: it runs, and is denied at its commit
-    with pytest.raises(CommitDenied):
-        c.commit_task(*atts[1])
+    sc.commit_one_deny_the_next(c)   # try 2 starts after try 1 committed: it runs, and is denied at its commit
     assert len(pending_uploads(bucket)) == 2, "only the winner's uploads stay pending"
     c.commit_job(1)
     assert {r["attempt"] for r in sc.read_rows(root)} == {1}
@@ -171,23 +162,15 @@ def test_a_magic_zombie_whose_upload_the_job_commit_aborted_leaves_nothing_behin
     c.setup_job()
     zombie = make(root, "magic")
 
-    def wake_after_the_commit(w):
-        fh = w.open_file(partition={"day": "d0"})
-        fh.write(b"x" * 100)
-        assert run_task_attempt(c, 0, 2, produce(0, 2)).status == "committed"
-        c.commit_job(1)
-        fh.write(b"y")
-        fh.close()   # its upload is gone
-
-    with pytest.raises(OSError):
-        run_task_attempt(zombie, 0, 1, wake_after_the_commit)
+    with pytest.raises(OSError):   # its upload is gone when it closes the file
+        run_task_attempt(zombie, 0, 1, sc.wakes_after_the_commit(c))
     assert not [f for f in sc.all_files(root) if f.startswith("_temporary")], sc.all_files(root)
     assert pending_uploads(bucket) == []
     assert {r["attempt"] for r in sc.read_rows(root)} == {2}
 
 
 def test_magic_needs_s3(tmp_path):
-    with pytest.raises(StorageCapabilityError, match="magic committer needs S3"):
+    with pytest.raises(StorageCapabilityError, match="magic committer needs a store that stages files"):
         make_committer(str(tmp_path), "job", algorithm="magic")
 
 

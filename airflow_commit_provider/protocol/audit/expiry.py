@@ -5,7 +5,9 @@ The magic committer stages every file as a pending S3 multipart upload. Buckets 
 job commit after that finds them gone (``NoSuchUpload``: the job cannot commit, its data is lost). A stage that
 waits for a person's approval must not wait that long. :func:`staged_data_expiry` reads the bucket's lifecycle
 configuration (``GetBucketLifecycleConfiguration``) and returns the shortest such rule that applies to the
-target's prefix; algorithm 1 and 2 stage plain objects or files, which nothing expires.
+target's prefix; algorithm 1 and 2 stage plain objects or files, which nothing expires. On Azure the magic
+committer stages blocks, which Azure itself discards a week after the blob's last Put Block, whatever the
+account's settings (:attr:`~..stores.base.Store.staged_lifetime`).
 
 S3 counts the days from the upload's start and rounds to the next midnight UTC; every upload of a generation
 starts after its setup, so ``job created + days`` (:func:`expires_at`) is a moment before which none is aborted.
@@ -56,6 +58,9 @@ def staged_data_expiry(scope: Job) -> StagedExpiry | None:
     if not scope.publisher.has_uploads:
         return None
     store: Any = scope.store
+    if store.staged_lifetime is not None:
+        return StagedExpiry(store.staged_lifetime, f"{store.url()} discards staged parts {store.staged_lifetime} "
+                                                   "after they were written (Azure: uncommitted blocks, a week)")
     bucket = store.bucket
     prefix = f"{store.prefix.rstrip('/')}/" if store.prefix else ""
     try:
@@ -108,9 +113,9 @@ def approval_risk(scope: Job, timeout: timedelta | None) -> ExpiryRisk | None:
         return None
     waits = "without a timeout" if timeout is None else f"up to {timeout}"
     return ExpiryRisk(
-        f"the approval may wait {waits}, but {expiry.reason}: S3 would abort the staged uploads before the job "
-        f"commit completes them, and the job's data would be lost. Give Approval(timeout=...) shorter than "
-        f"{expiry.after} (the wait alone; the writes come before it), raise the rule's DaysAfterInitiation, or use "
+        f"the approval may wait {waits}, but {expiry.reason}: the store would drop the staged data before the job "
+        f"commit publishes it, and the job's data would be lost. Give Approval(timeout=...) shorter than "
+        f"{expiry.after} (the wait alone; the writes come before it), raise the rule's DaysAfterInitiation (S3), or use "
         "algorithm=1 (staged objects do not expire); or Approval(on_expiry_risk='warn') to accept that the approval "
         "then times out (a failed audit) before the uploads would expire", certain=True)
 
@@ -132,4 +137,23 @@ def approval_wait(scope: Job, timeout: timedelta | None, now: datetime) -> tuple
     return (left if timeout is None or left < timeout else timeout), expires
 
 
-__all__ += ["ExpiryRisk", "approval_risk", "approval_wait"]
+def refuse_expired_staging(scope: Job, job: JobRecord, now: datetime | None = None) -> None:
+    """:class:`~..errors.StagedDataExpired` when the store may have dropped the generation's staged data by now (a
+    lifetime the store fixes: Azure's week), for the job commit before its plan: a commit that found some blocks
+    gone would have published the others. Counted from the generation's creation, before any block was staged,
+    so it errs early, never late."""
+    from ..errors import StagedDataExpired
+
+    lifetime = scope.store.staged_lifetime
+    if not scope.publisher.has_uploads or lifetime is None:
+        return
+    expires = datetime.fromisoformat(job.created) + lifetime
+    if (now or datetime.now(expires.tzinfo)) >= expires:
+        raise StagedDataExpired(
+            f"job {scope.job_id}: generation {job.job_uuid} was set up at {job.created}, and {scope.store.url()} "
+            f"discards staged parts {lifetime} after they were written: some of the job's may be gone, so nothing "
+            "was published. Tear the job down (abort_job, or clear the stage's setup task after its teardown) and "
+            "run it again; a job that may stay open that long needs algorithm=1 there (staged files do not expire)")
+
+
+__all__ += ["ExpiryRisk", "approval_risk", "approval_wait", "refuse_expired_staging"]

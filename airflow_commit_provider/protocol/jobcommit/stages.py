@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import records
+from ..audit.expiry import refuse_expired_staging
 from ..errors import CorruptRecord, InputsClaimed, InvalidOutputSpec, JobIncomplete
 from ..faults import mid_delete
 from ..job import Job
@@ -125,6 +126,7 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
     def apply(self, recs: dict[int, TaskCommitRecord]) -> Plan:
         scope, job = self.scope, self.run.job
         check_tree(scope, recs.values())
+        refuse_expired_staging(scope, job)
         dsts = {f.path for rec in recs.values() for f in rec.files}
         if scope.table is not None:   # the table transaction replaces; nothing is deleted at file level
             check_table(scope, job, recs.values())

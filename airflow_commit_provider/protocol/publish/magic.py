@@ -1,4 +1,5 @@
-"""The "magic" committer: zero-copy commits on S3 through delayed multipart-upload completion.
+"""The "magic" committer: zero-copy commits through delayed multipart-upload completion (S3), or staged blocks
+committed late (Azure Blob Storage: :mod:`..stores.azure`; the same five store calls, in S3's names).
 
 Every output file is a multipart upload straight to its **final** key, left uncompleted: S3 shows nothing (HEAD
 404, not listed) until it is completed. The committer that set up a task attempt holds the attempt's uploads in
@@ -19,6 +20,12 @@ Differences from Hadoop's S3A magic committer, and why:
 
 Pending uploads cost storage until completed or aborted; a bucket lifecycle rule that aborts incomplete uploads
 after some days is a good safety net, as long as it is longer than any job.
+
+On Azure a file's blocks are staged under its final name with ids of their own upload; the job commit's Put Block
+List makes the blob. Staged blocks cannot be aborted one upload at a time (only a blob's name can be deleted, and
+every try of a task shares it), so the store's abort does nothing and lists nothing: Azure discards the blocks of
+the tries that lost when the job commit commits the winner's under the same name, and any other a week after
+their blob's last Put Block, which also bounds how long a job may take (:mod:`..audit.expiry`).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from ..faults import inject
 from ..layout import JobLayout
 from ..parallel import parallel
 from .base import Publisher
-from ..stores.s3 import MIN_PART_SIZE, S3Store
+from ..stores.base import Store
 from ..records.task import FileEntry, TaskCommitRecord
 
 PENDING_SUFFIX = ".pending"
@@ -49,7 +56,7 @@ class MultipartFile(io.RawIOBase):
     process aborts the upload even if the file was never closed. Nothing else is written per file.
     """
 
-    def __init__(self, store: S3Store, rel: str, part_size: int, held: dict[str, dict[str, Any]]) -> None:
+    def __init__(self, store: Any, rel: str, part_size: int, held: dict[str, dict[str, Any]]) -> None:
         super().__init__()
         self.store, self.rel, self.part_size = store, rel, part_size
         self.upload_id = store.start_upload(rel)
@@ -105,18 +112,20 @@ class MultipartPublisher(Publisher):
     label = "magic"
     has_uploads = True
 
-    def __init__(self, store: Any, layout: JobLayout, job_id: str, threads: int,
+    def __init__(self, store: Store, layout: JobLayout, job_id: str, threads: int,
                  part_size: int | None = None) -> None:
-        if not isinstance(store, S3Store):
+        if store.min_part_size is None:
             raise StorageCapabilityError(
-                f"the magic committer needs S3 multipart uploads; {store.url()} is a {store.protocol!r} file "
-                "system: use algorithm 1 or 2 there")
+                f"the magic committer needs a store that stages files under their final names (S3 multipart "
+                f"uploads, Azure staged blocks); {store.url()} is a {store.protocol!r} file system: use algorithm 1 "
+                "or 2 there")
         part_size = 8 * 2**20 if part_size is None else part_size
-        if part_size < MIN_PART_SIZE:
-            raise InvalidOutputSpec(f"part_size must be at least {MIN_PART_SIZE} bytes (S3's minimum part size), got "
-                                    f"{part_size}")
+        if part_size < store.min_part_size:
+            raise InvalidOutputSpec(f"part_size must be at least {store.min_part_size} bytes (the store's minimum "
+                                    f"part size), got {part_size}")
         super().__init__(store, layout, job_id, threads)
-        self.s3: S3Store = store
+        #: the store, through its staged-upload calls
+        self.uploads: Any = store
         self.part_size = part_size
         #: the uploads of the attempts this committer set up: work directory -> path -> description (upload id,
         #: and once the file is closed its parts and size); what the task commit records and a discard aborts
@@ -130,8 +139,8 @@ class MultipartPublisher(Publisher):
         held = self._written.setdefault(work_dir, {})
         replaced = held.get(rel)
         if replaced is not None:   # the same name opened again: only the last upload is the attempt's file
-            self.s3.abort_upload(rel, replaced["upload_id"])
-        return MultipartFile(self.s3, rel, self.part_size, held)
+            self.uploads.abort_upload(rel, replaced["upload_id"])
+        return MultipartFile(self.uploads, rel, self.part_size, held)
 
     def _pending_of(self, work_dir: str) -> list[dict[str, Any]]:
         """The ``.pending`` descriptions an earlier release wrote in the attempt's directory (one listing). One
@@ -192,24 +201,24 @@ class MultipartPublisher(Publisher):
         held = self._written.get(work_dir)
         if held is not None:   # this release writes nothing under the attempt's directory
             for p in list(held.values()):
-                self.s3.abort_upload(p["path"], p["upload_id"])
+                self.uploads.abort_upload(p["path"], p["upload_id"])
             # still held, and empty: a later commit of the attempt in this committer (a zombie's, denied by the
             # claim that the discard followed) finds nothing rather than an attempt it does not know
             held.clear()
             return True
         for p in self._pending_of(work_dir):
-            self.s3.abort_upload(p["path"], p["upload_id"])
+            self.uploads.abort_upload(p["path"], p["upload_id"])
         self.store.delete_tree(work_dir)
         return False
 
     def task_uploads(self, file_prefix: str) -> list[tuple[str, str]]:
         """The pending uploads (path, upload id) whose file name starts with *file_prefix* (a task's, in one
         generation: :attr:`~..tasks.attempts.TaskAttemptContext.file_prefix`), whichever attempt started them."""
-        return [(rel, uid) for rel, uid in self.s3.list_uploads() if rel.rsplit("/", 1)[-1].startswith(file_prefix)]
+        return [(rel, uid) for rel, uid in self.uploads.list_uploads() if rel.rsplit("/", 1)[-1].startswith(file_prefix)]
 
     def abort_uploads(self, uploads: Sequence[tuple[str, str]]) -> None:
         for rel, uid in uploads:
-            self.s3.abort_upload(rel, uid)
+            self.uploads.abort_upload(rel, uid)
 
     # ---------------------------------------------------------------- job side
     def publish(self, recs: Sequence[TaskCommitRecord]) -> int:
@@ -217,7 +226,7 @@ class MultipartPublisher(Publisher):
 
         def complete(f: FileEntry) -> None:
             try:   # completed already (a resumed commit, a resent request) counts as done: the store checks
-                self.s3.complete_upload(f.path, f.upload_id, f.parts, f.size)
+                self.uploads.complete_upload(f.path, f.upload_id, f.parts, f.size)
             except FileNotFoundError as exc:
                 raise CorruptRecord(f"job {self.job_id}: upload {f.upload_id} of {f.path} is gone and the "
                                     "object it makes does not exist (aborted outside the protocol, or expired by "
@@ -229,11 +238,11 @@ class MultipartPublisher(Publisher):
 
     def job_uploads(self, job_uuid: str) -> list[tuple[str, str]]:
         """Pending uploads of this job generation: under the root, with the job uuid in their key."""
-        return [(rel, uid) for rel, uid in self.s3.list_uploads() if job_uuid in rel.rsplit("/", 1)[-1]]
+        return [(rel, uid) for rel, uid in self.uploads.list_uploads() if job_uuid in rel.rsplit("/", 1)[-1]]
 
     def after_publish(self, job_uuid: str, recs: Sequence[TaskCommitRecord]) -> None:
         """Abort every other pending upload of this job (denied attempts, zombies, attempts that died)."""
         committed = {f.upload_id for rec in recs for f in rec.files}
         for rel, uid in self.job_uploads(job_uuid):
             if uid not in committed:
-                self.s3.abort_upload(rel, uid)
+                self.uploads.abort_upload(rel, uid)

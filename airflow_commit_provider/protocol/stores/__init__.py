@@ -29,8 +29,8 @@ from .generic import FsspecStore
 from .local import LocalStore
 from .s3 import S3Store
 
-__all__ = ["AZURE_SCHEMES", "GCS_SCHEMES", "S3_SCHEMES", "AzureStore", "FsspecStore", "GCSStore", "LocalStore",
-           "S3Store", "Store", "process_local", "store_for", "target_scheme"]
+__all__ = ["AZURE_SCHEMES", "GCS_SCHEMES", "S3_SCHEMES", "STAGING_SCHEMES", "AzureStore", "FsspecStore", "GCSStore",
+           "LocalStore", "S3Store", "Store", "process_local", "store_for", "target_scheme"]
 
 #: URL schemes of file systems that exist only inside the process that made them (fsspec's ``memory://``).
 PROCESS_LOCAL_SCHEMES = ("memory",)
@@ -38,6 +38,9 @@ PROCESS_LOCAL_SCHEMES = ("memory",)
 
 #: URL schemes :func:`store_for` opens as S3 (multipart uploads: the magic committer's store).
 S3_SCHEMES = ("s3", "s3a")
+#: URL schemes whose stores stage a file under its final name, invisible until published (S3 multipart uploads,
+#: Azure staged blocks: :attr:`Store.min_part_size`): where the magic committer works
+STAGING_SCHEMES = S3_SCHEMES + AZURE_SCHEMES
 
 
 def target_scheme(target: Any) -> str | None:

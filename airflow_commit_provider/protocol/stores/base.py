@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Container, Iterable, Sequence
+from datetime import timedelta
 from typing import IO
 
 from ..parallel import parallel
@@ -43,6 +44,15 @@ class Store(ABC):
     resends_requests: bool = False
     #: the longest name (bytes) of one path component the store takes
     name_max: int = 255
+    #: where the store can stage a file's bytes under its final name, invisible until a later request publishes
+    #: them (S3 multipart uploads, Azure staged blocks), the smallest part but the last one takes; ``None``
+    #: elsewhere. Such a store has ``start_upload``, ``upload_part``, ``complete_upload``, ``abort_upload`` and
+    #: ``list_uploads`` (S3's names), which the magic committer is built on (:mod:`..publish.magic`)
+    min_part_size: int | None = None
+    #: how long the store keeps staged parts before it discards them by itself, where that is fixed (Azure: a
+    #: week after a blob's last Put Block); ``None``: kept until published or aborted (S3, unless a bucket's
+    #: lifecycle rule says otherwise: :mod:`..audit.expiry` reads it)
+    staged_lifetime: timedelta | None = None
     protocol: str = ""
 
     @abstractmethod

@@ -15,7 +15,7 @@ What the protocol needs, and the GCS primitive that gives it:
 
 Not here: a zero-copy committer. GCS's XML-API multipart uploads (invisible until completed, like S3's) are what
 one would use; the emulator the tests run on (fake-gcs-server) does not serve that API, so it could not be
-proven here, and ``algorithm="magic"`` stays refused off S3 (:func:`.target_scheme`). Hierarchical-namespace
+proven here, and ``algorithm="magic"`` stays refused on GCS (it needs :attr:`~.base.Store.min_part_size`). Hierarchical-namespace
 buckets' atomic folder rename is not used either: algorithm 1 on GCS moves file by file, as on S3.
 """
 

@@ -97,6 +97,7 @@ class S3Store(CopyPublishing, FsspecStore):
     delete_batch = 1000
     lists_by_prefix = True
     resends_requests = True
+    min_part_size = MIN_PART_SIZE
 
     def __init__(self, fs: Any, root: str) -> None:
         super().__init__(fs, root)
