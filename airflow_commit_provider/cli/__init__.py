@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
             if refusal:
                 raise Refused(refusal)
         result = targets.abort(store, args.job, purge=args.purge)
-        how = "purged" if args.purge else "aborted (committed tasks kept for a clear of the run)"
+        how = "purged" if result.get("purged") else "aborted (committed tasks kept for a clear of the run)"
         verdict = how if result.get("aborted") else f"left alone: the job is {result.get('state')}"
         return OK, result, [f"job {args.job}: {verdict}"]
     plan = targets.collect(store, apply=args.apply)

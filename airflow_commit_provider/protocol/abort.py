@@ -21,10 +21,12 @@ remove the whole job directory), sweeps it.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import records
+from .audit.expiry import staging_expired
 from .faults import inject, mid_delete
 from .job import Job
 from .layout import TEMPORARY, parse_attempt_name
@@ -34,6 +36,8 @@ from .stage import Stage
 from .tasks.attempts import TaskAttempts
 from .timing import StageClock, StageStopped
 from .stores.helpers import delete_and_prune
+
+log = logging.getLogger(__name__)
 
 
 def abort_job(scope: Job, *, keep_committed: bool = False) -> dict[str, Any]:
@@ -55,6 +59,12 @@ def abort_job(scope: Job, *, keep_committed: bool = False) -> dict[str, Any]:
     if other is not None:   # another run took the job over (:mod:`.owners`): its work is not this run's to undo
         return stood_down(scope, f"application attempt {apps[0]} is owned by {other.describe()}, not by this run: "
                                  "it stood down")
+    if keep_committed and staging_expired(scope, job):
+        # the committed tasks' staged data may be gone (Azure's week): kept, a clear would recover them and its
+        # job commit refuse them again, for ever; purged, the clear runs a new generation
+        log.warning("job %s: generation %s is older than %s keeps staged data: its teardown purges it (the "
+                    "committed tasks are not kept for a clear)", scope.job_id, job.job_uuid, scope.store.url())
+        keep_committed = False
     run = AbortRun(scope, job, apps, keep_committed, StageClock(scope.store))
     try:
         ListUploads(run)(None)
@@ -101,7 +111,8 @@ class AbortRun:
 
     def result(self) -> dict[str, Any]:
         return {"job_id": self.scope.job_id, "state": "aborted", "aborted": True, "app_attempts": sorted(self.apps),
-                "kept_committed_tasks": sorted(set(self.kept)), "visible_files_removed": self.removed}
+                "purged": not self.keep_committed, "kept_committed_tasks": sorted(set(self.kept)),
+                "visible_files_removed": self.removed}
 
 
 class AbortStage(Stage[AbortRun, None, Any]):

@@ -231,6 +231,7 @@ class FileOutputCommitter(OutputCommitter):
     def open_task_file(self, ta: TaskAttemptContext, rel: str) -> Any:
         """A writable binary file for *rel* (relative to the output root) in task attempt *ta* (the magic committer
         gives a pending multipart upload to the final key)."""
+        self.job.publisher.check_task_file(rel, ta.job_uuid)
         return self.job.publisher.open_task_file(ta.work_dir, rel)
 
     def abort_task(self, ta: TaskAttemptContext) -> bool:

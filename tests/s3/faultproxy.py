@@ -11,7 +11,8 @@ moto and, where a :class:`Rule` says so, does one of
 
 Where moto differs from S3 on what a fault exposes, the proxy answers as S3 does: a CompleteMultipartUpload of an
 upload already completed gets ``404 NoSuchUpload`` (the upload is gone, its object is there; moto answers 200
-again), which is what a completion resent after its first answer was lost meets on S3. Likewise in front of
+again), which is what a completion resent after its first answer was lost meets on S3; so does a completion of an
+upload aborted meanwhile (moto answers 500 Internal Server Error). Likewise in front of
 fake-gcs-server: a Google Cloud Storage resumable upload session that completed answers a resent final request
 with the object it made (``200``), as GCS keeps a session for a week; the emulator forgets it (``404``). The
 final request is a PUT to the session (GCS's documentation) or a POST (gcsfs sends its chunks so): both are answered.
@@ -263,6 +264,10 @@ class FaultProxy:
                 if self.command == "POST" and upload and resp.status == 200 and b"<Error>" not in payload:
                     with proxy._lock:
                         proxy.completed.add(upload)
+                if self.command == "POST" and upload and resp.status == 500:   # moto, for an aborted upload
+                    with proxy._lock:
+                        proxy.nosuchupload += 1
+                    resp.status, resp.reason, payload = _NO_SUCH_UPLOAD.status, "Not Found", _NO_SUCH_UPLOAD.body
                 if self.command in ("PUT", "POST") and session and resp.status in (200, 201):
                     with proxy._lock:
                         proxy.sessions[session] = Throttle(200, resp.getheader("Content-Type", "application/json"),

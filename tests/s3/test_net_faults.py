@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from typing import Any
 
 import boto3
 import botocore.exceptions
@@ -134,16 +135,22 @@ def test_setup_ends_when_every_other_create_answer_is_lost(bucket, fault_proxy):
         [f"table/_temporary/{sc.JOB}/0/_app.json"], "exactly one application attempt claimed"
 
 
-@pytest.mark.timeout(120)
-def test_a_completion_resent_after_its_answer_was_lost_finds_its_object(bucket, fault_proxy):
-    """Every multipart completion's first answer lost; S3 answers the resend NoSuchUpload. The store looks at the
-    key: an object with the ETag these parts make is this upload, completed."""
+def staged_magic_job(bucket: str, fault_proxy) -> tuple[str, Any, list[Any]]:
+    """A magic job through the proxy whose tasks all committed (their uploads pending): its URL, store and the
+    tasks' outcomes."""
     url, root = new_root(bucket)
     store = proxied_store(fault_proxy, root)
     c = committer(store, "magic")
     c.setup_job()
-    for t in range(sc.TASKS):
-        run_task_attempt(c, t, 1, lambda w, t=t: w.write(sc.task_table(t, 1)))
+    return url, store, [run_task_attempt(c, t, 1, lambda w, t=t: w.write(sc.task_table(t, 1)))
+                        for t in range(sc.TASKS)]
+
+
+@pytest.mark.timeout(120)
+def test_a_completion_resent_after_its_answer_was_lost_finds_its_object(bucket, fault_proxy):
+    """Every multipart completion's first answer lost; S3 answers the resend NoSuchUpload. The store looks at the
+    key: an object with the ETag these parts make is this upload, completed."""
+    url, store, _ = staged_magic_job(bucket, fault_proxy)
     rule = fault_proxy.add("lose", method="POST", query="uploadId")   # every completion's first answer
     fault_proxy.completed.clear()
     committer(store, "magic").commit_job(sc.TASKS)
@@ -157,17 +164,28 @@ def test_a_completion_refused_finds_no_stranger_object_its_own(bucket, fault_pro
     """An upload aborted outside the protocol, and an object of the very same size put at its key by someone
     else: the completion's NoSuchUpload is not taken for success (a size-only check took it), the job commit fails
     naming the upload."""
-    url, root = new_root(bucket)
-    store = proxied_store(fault_proxy, root)
-    c = committer(store, "magic")
-    c.setup_job()
-    outcomes = [run_task_attempt(c, t, 1, lambda w, t=t: w.write(sc.task_table(t, 1))) for t in range(sc.TASKS)]
+    url, store, outcomes = staged_magic_job(bucket, fault_proxy)
     victim = outcomes[0].record["files"][0]
     client = boto3.client("s3")
     client.abort_multipart_upload(Bucket=bucket, Key=f"table/{victim['path']}", UploadId=victim["upload_id"])
     client.put_object(Bucket=bucket, Key=f"table/{victim['path']}", Body=b"x" * victim["size"])
     with pytest.raises(CorruptRecord, match=victim["upload_id"]):
         committer(store, "magic").commit_job(sc.TASKS)
+
+
+@pytest.mark.timeout(120)
+def test_a_completion_throttled_past_the_retries_is_not_called_lost(bucket, fault_proxy):
+    """Every completion answered 503 SlowDown, more often than the client retries: the job commit fails with the
+    store's error (the uploads are intact), not CorruptRecord ("gone, aborted outside the protocol"), whose advice
+    would throw the work away; its next try completes every upload."""
+    url, store, _ = staged_magic_job(bucket, fault_proxy)
+    rule = fault_proxy.add("slowdown", method="POST", query="uploadId")
+    with pytest.raises(OSError) as failed:
+        committer(store, "magic").commit_job(sc.TASKS)
+    assert not isinstance(failed.value, (CorruptRecord, FileNotFoundError)) and rule.fired, failed.value
+    fault_proxy.clear()
+    committer(store, "magic").commit_job(sc.TASKS)
+    sc.assert_exactly_once(sc.read_rows(url))
 
 
 # ---------------------------------------------------------------------------------------------- the matrix

@@ -137,23 +137,29 @@ def approval_wait(scope: Job, timeout: timedelta | None, now: datetime) -> tuple
     return (left if timeout is None or left < timeout else timeout), expires
 
 
-def refuse_expired_staging(scope: Job, job: JobRecord, now: datetime | None = None) -> None:
-    """:class:`~..errors.StagedDataExpired` when the store may have dropped the generation's staged data by now (a
-    lifetime the store fixes: Azure's week), for the job commit before its plan: a commit that found some blocks
-    gone would have published the others. Counted from the generation's creation, before any block was staged,
-    so it errs early, never late."""
-    from ..errors import StagedDataExpired
-
+def staging_expired(scope: Job, job: JobRecord, now: datetime | None = None) -> bool:
+    """Whether the store may have dropped generation *job*'s staged data by now (a lifetime the store fixes:
+    Azure's week). Counted from the generation's creation, before any part was staged, so it errs early, never
+    late: the generation can then commit nothing it staged, and its committed tasks are not worth keeping."""
     lifetime = scope.store.staged_lifetime
     if not scope.publisher.has_uploads or lifetime is None:
-        return
+        return False
     expires = datetime.fromisoformat(job.created) + lifetime
-    if (now or datetime.now(expires.tzinfo)) >= expires:
+    return (now or datetime.now(expires.tzinfo)) >= expires
+
+
+def refuse_expired_staging(scope: Job, job: JobRecord, now: datetime | None = None) -> None:
+    """:class:`~..errors.StagedDataExpired` when :func:`staging_expired`, for the job commit before its plan: a
+    commit that found some parts gone would have published the others."""
+    from ..errors import StagedDataExpired
+
+    if staging_expired(scope, job, now):
         raise StagedDataExpired(
             f"job {scope.job_id}: generation {job.job_uuid} was set up at {job.created}, and {scope.store.url()} "
-            f"discards staged parts {lifetime} after they were written: some of the job's may be gone, so nothing "
-            "was published. Tear the job down (abort_job, or clear the stage's setup task after its teardown) and "
-            "run it again; a job that may stay open that long needs algorithm=1 there (staged files do not expire)")
+            f"discards staged parts {scope.store.staged_lifetime} after they were written: some of the job's may "
+            "be gone, so nothing was published. Abort the job (its teardown purges a generation this old: the "
+            "committed tasks are not kept) and run it again; a clear of the Airflow run after its teardown does "
+            "both. A job that may stay open that long needs algorithm=1 there (staged files do not expire)")
 
 
-__all__ += ["ExpiryRisk", "approval_risk", "approval_wait", "refuse_expired_staging"]
+__all__ += ["ExpiryRisk", "approval_risk", "approval_wait", "refuse_expired_staging", "staging_expired"]

@@ -76,6 +76,10 @@ class Publisher:
         self.threads = threads
 
     # ------------------------------------------------------------------ task side
+    def check_task_file(self, rel: str, job_uuid: str) -> None:
+        """Refuse a name an attempt of generation *job_uuid* may not write (:class:`InvalidOutputSpec`), before
+        anything is opened: nothing to refuse but on a store whose staged parts belong to a name (magic on Azure)."""
+
     def open_task_file(self, work_dir: str, rel: str) -> Any:
         """A writable binary file for *rel* (relative to the output root) in an attempt's work directory."""
         flat = "/" in rel and self.flat_attempts and self.store.has_directories   # name_max costs a statfs: asked

@@ -86,6 +86,10 @@ class MultipartFile(io.RawIOBase):
 
     def _upload(self, chunk: bytearray | memoryview) -> None:
         number = len(self.parts) + 1
+        if number > self.store.max_parts:   # refused while writing, not at the job commit after other files
+            raise InvalidOutputSpec(f"{self.rel}: more than {self.store.max_parts} parts of {self.part_size} bytes "
+                                    f"({self.store.max_parts * self.part_size} bytes), the most one staged file "
+                                    "takes on this store: give a larger part_size")
         self.parts.append([number, self.store.upload_part(self.rel, self.upload_id, number, chunk)])
 
     def tell(self) -> int:
@@ -134,6 +138,18 @@ class MultipartPublisher(Publisher):
     # ---------------------------------------------------------------- task side
     def begin_attempt(self, work_dir: str) -> None:
         self._written.setdefault(work_dir, {})
+
+    def check_task_file(self, rel: str, job_uuid: str) -> None:
+        """Where staged parts belong to the file's name, not to an upload (Azure: a Put Block List under a name
+        discards every other block staged there), a name another generation could stage under is refused: a late
+        job commit of this generation (a zombie), completing its upload again, would discard the next one's
+        blocks. The default names carry the generation's uuid; a name the writer chose must too."""
+        if self.uploads.stages_by_name and job_uuid not in rel.rsplit("/", 1)[-1]:
+            raise InvalidOutputSpec(
+                f"file name {rel!r}: the magic committer on {self.store.protocol!r} stages a file's blocks under its "
+                "final name, so each generation of a job needs names of its own; leave the name to the writer (the "
+                f"default names carry the generation, {job_uuid}), put the generation in it "
+                "(TaskAttemptContext.job_uuid), or use algorithm=1")
 
     def open_task_file(self, work_dir: str, rel: str) -> Any:
         held = self._written.setdefault(work_dir, {})

@@ -59,6 +59,8 @@ class AzureStore(FsspecObjectStore):
     min_part_size = 1
     #: Azure discards a blob's uncommitted blocks a week after its last Put Block
     staged_lifetime = timedelta(days=7)
+    stages_by_name = True
+    max_parts = 50_000
     #: Azure changes a blob's ETag on every write
     version_keys = ("etag", "last_modified")
 
@@ -153,10 +155,11 @@ class AzureStore(FsspecObjectStore):
     def complete_upload(self, rel: str, upload_id: str, parts: Sequence[Sequence[Any]],
                         size: int | None = None) -> None:
         """Put Block List of the parts' blocks, in order: the blob appears, whole. Again (a resent request, a
-        resumed job commit) it commits the same blocks, committed now, to the same content. When Azure refuses the
-        list, the blob is looked at: committed from exactly these blocks (and of *size*), it is this upload, done;
-        otherwise :class:`FileNotFoundError` naming it (its blocks were discarded: the blob was written or deleted
-        outside the protocol, or a week passed since its last Put Block)."""
+        resumed job commit) it commits the same blocks, committed now, to the same content. When Azure answers that
+        the list is invalid (a block it does not have), the blob is looked at: committed from exactly these blocks
+        (and of *size*), it is this upload, done; otherwise :class:`FileNotFoundError` naming it (its blocks were
+        discarded: the blob was written or deleted outside the protocol, or a week passed since its last Put
+        Block). Any other error is raised as it is."""
         from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
         from azure.storage.blob import BlobBlock
 
@@ -175,6 +178,8 @@ class AzureStore(FsspecObjectStore):
         try:
             self._run(commit)
         except HttpResponseError as exc:
+            if getattr(exc, "error_code", None) != "InvalidBlockList":   # a 503 after the retries, say: all the
+                raise   # blocks may be there, and the job commit's next try commits them
             try:
                 ids, length = self._run(committed)
             except ResourceNotFoundError:

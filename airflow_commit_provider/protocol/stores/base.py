@@ -49,10 +49,15 @@ class Store(ABC):
     #: elsewhere. Such a store has ``start_upload``, ``upload_part``, ``complete_upload``, ``abort_upload`` and
     #: ``list_uploads`` (S3's names), which the magic committer is built on (:mod:`..publish.magic`)
     min_part_size: int | None = None
+    #: the most parts one staged file takes (S3: 10,000 per multipart upload; Azure: 50,000 blocks per blob)
+    max_parts: int = 10_000
     #: how long the store keeps staged parts before it discards them by itself, where that is fixed (Azure: a
     #: week after a blob's last Put Block); ``None``: kept until published or aborted (S3, unless a bucket's
     #: lifecycle rule says otherwise: :mod:`..audit.expiry` reads it)
     staged_lifetime: timedelta | None = None
+    #: ``True`` where staged parts belong to the file's name, not to an upload of their own (Azure: completing one
+    #: upload discards every other part staged under the name, and none can be aborted alone)
+    stages_by_name: bool = False
     protocol: str = ""
 
     @abstractmethod

@@ -302,7 +302,8 @@ class S3Store(CopyPublishing, FsspecStore):
         try:
             self._client_call("complete_multipart_upload", Bucket=self.bucket, Key=self.key(rel), UploadId=upload_id,
                               MultipartUpload={"Parts": [{"PartNumber": n, "ETag": e} for n, e in parts]})
-        except OSError as exc:   # an answer of the server (s3fs translates those; a lost connection is no OSError)
+        except FileNotFoundError as exc:   # NoSuchUpload; any other answer (a 503 after the retries) is raised as
+            # it is: the upload may be intact, and the job commit's next try completes it
             if not self._holds_upload(rel, parts, size):
                 raise FileNotFoundError(f"multipart upload {upload_id} of {self.url(rel)} cannot be completed "
                                         f"({exc}), and the key holds no object these parts make") from exc
