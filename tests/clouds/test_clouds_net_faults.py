@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import aiohttp
 import pytest
 from azure.core.exceptions import AzureError
 from gcsfs.retry import HttpError
@@ -50,8 +51,9 @@ CI_CELLS = {("gcs", 1, "creates-lost", "commit"), ("azure", 2, "creates-lost", "
 FULL = os.environ.get("COMMIT_NET_FAULTS", "") == "all"
 CELLS = [pytest.param(c, a, s, f, id=f"{c}-{a}-{s}-{f}") for c, algorithms in ALGORITHMS.items()
          for a in algorithms for s in SCHEDULES for f in FLOWS if FULL or (c, a, s, f) in CI_CELLS]
-#: what a step may fail with when the network outlasts the client's retries
-CLEAR_ERRORS = (CommitProtocolError, OSError, HttpError, AzureError)
+#: what a step may fail with when the network outlasts the client's retries (gcsfs lets aiohttp's own errors through:
+#: a server that dropped the connection on every retry is ServerDisconnectedError, no OSError)
+CLEAR_ERRORS = (CommitProtocolError, OSError, HttpError, AzureError, aiohttp.ClientError)
 
 
 def _rule(cloud: Any, rule: dict[str, Any]) -> dict[str, Any]:
