@@ -33,9 +33,9 @@ from .layout import TEMPORARY, parse_attempt_name
 from .records.job import JobRecord
 from .records.success import marker_dirs_above, withdraw_markers
 from .stage import Stage
+from .stores.helpers import delete_and_prune
 from .tasks.attempts import TaskAttempts
 from .timing import StageClock, StageStopped
-from .stores.helpers import delete_and_prune
 
 log = logging.getLogger(__name__)
 

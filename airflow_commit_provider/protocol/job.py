@@ -36,9 +36,9 @@ from .records.job import CommitLog, CommitPlan, JobRecord
 from .records.refused import RefusedTasks
 from .records.task import TaskCommitRecord
 from .stores import Store
+from .stores.helpers import delete_and_prune
 from .tables.common import TableTarget
 from .targetclaim import TargetClaim
-from .stores.helpers import delete_and_prune
 
 
 class Job:

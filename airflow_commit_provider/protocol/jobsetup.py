@@ -20,8 +20,8 @@ from .paths import check_relative
 from .records.inputs import record_inputs
 from .records.job import CommitLog, JobRecord, Replaces
 from .replacing import holders, refuse_mixed
-from .tables.ownership import refuse_file_job
 from .stores.helpers import missing
+from .tables.ownership import refuse_file_job
 
 log = logging.getLogger(__name__)
 

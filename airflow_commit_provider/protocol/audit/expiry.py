@@ -144,8 +144,8 @@ def staging_expired(scope: Job, job: JobRecord, now: datetime | None = None) -> 
     lifetime = scope.store.staged_lifetime
     if not scope.publisher.has_uploads or lifetime is None:
         return False
-    expires = datetime.fromisoformat(job.created) + lifetime
-    return (now or datetime.now(expires.tzinfo)) >= expires
+    expires = expires_at(job, StagedExpiry(lifetime, ""))
+    return expires is not None and (now or datetime.now(expires.tzinfo)) >= expires
 
 
 def refuse_expired_staging(scope: Job, job: JobRecord, now: datetime | None = None) -> None:

@@ -34,11 +34,11 @@ from ..replacing import holders, refuse_mixed
 from ..schemas import check_one_schema
 from ..status import JobStatus
 from ..stores import Store
+from ..stores.helpers import delete_and_prune
 from ..tasks.attempts import TaskAttempts
 from . import names
 from .stage import Plan, Stage
 from .table import check_table
-from ..stores.helpers import delete_and_prune
 
 
 class RecoverTasks(Stage[Sequence[int], dict[int, TaskCommitRecord]]):

@@ -144,7 +144,7 @@ class MultipartPublisher(Publisher):
         discards every other block staged there), a name another generation could stage under is refused: a late
         job commit of this generation (a zombie), completing its upload again, would discard the next one's
         blocks. The default names carry the generation's uuid; a name the writer chose must too."""
-        if self.uploads.stages_by_name and job_uuid not in rel.rsplit("/", 1)[-1]:
+        if self.store.stages_by_name and job_uuid not in rel.rsplit("/", 1)[-1]:
             raise InvalidOutputSpec(
                 f"file name {rel!r}: the magic committer on {self.store.protocol!r} stages a file's blocks under its "
                 "final name, so each generation of a job needs names of its own; leave the name to the writer (the "

@@ -8,8 +8,8 @@ from ..errors import CorruptRecord
 from ..faults import mid_delete
 from ..records.success import marker_dirs_above, withdraw_markers
 from ..records.task import TaskCommitRecord
-from .base import Publisher, complete_moves
 from ..stores.helpers import delete_and_prune, missing
+from .base import Publisher, complete_moves
 
 
 class TaskCommitPublisher(Publisher):

@@ -45,8 +45,8 @@ from ..errors import CorruptRecord, InputsClaimed
 from ..faults import inject
 from ..layout import CLAIMS, TEMPORARY, JobLayout
 from ..stores import Store
-from .job import JobRecord
 from ..stores.helpers import missing
+from .job import JobRecord
 
 KIND = "input-claim"
 #: how often a claimant re-reads a chain that others keep appending to before it gives up (refuses)

@@ -193,7 +193,7 @@ class AzureStore(FsspecObjectStore):
         """Nothing: staged blocks have no request of their own to discard them, only the blob's name, which every
         try of a task shares, so a delete by name could take a live try's blocks. Azure discards them: those under
         a name the job commits, when its Put Block List commits the winner's; any other, a week after the blob's
-        last Put Block (:mod:`..publish.blocks`)."""
+        last Put Block (:mod:`..publish.magic`)."""
 
     def list_uploads(self, rel_prefix: str = "") -> list[tuple[str, str]]:
         """Nothing to abort (:meth:`abort_upload`): staged blocks are listed by blob, not by upload."""
