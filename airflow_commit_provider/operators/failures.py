@@ -19,12 +19,19 @@ try:  # the Task SDK's (Airflow 3.2+)
 except ImportError:  # Airflow 3.1
     from airflow.exceptions import AirflowFailException
 
-from ..protocol.errors import InvalidOutputSpec, JobConfigMismatch, OverlappingRun, StorageCapabilityError
+from ..protocol.errors import (
+    GenerationPurged,
+    InvalidOutputSpec,
+    JobConfigMismatch,
+    OverlappingRun,
+    StorageCapabilityError,
+)
 
 #: Errors that no retry can cure (InvalidOutputSpec covers the bad input of every kind). An overlap of two runs of
 #: one job is refused until someone acts (the message says how): a retry would only refuse again, or, once the
-#: other run ended, take the job over behind the author's back
-DETERMINISTIC_ERRORS = (InvalidOutputSpec, JobConfigMismatch, OverlappingRun, StorageCapabilityError)
+#: other run ended, take the job over behind the author's back; a purged generation's run needs a clear of the whole
+#: run (its setup included), which no retry of one task does
+DETERMINISTIC_ERRORS = (InvalidOutputSpec, JobConfigMismatch, OverlappingRun, StorageCapabilityError, GenerationPurged)
 
 
 def is_deterministic(error_name: str | None) -> bool:

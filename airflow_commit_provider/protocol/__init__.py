@@ -20,6 +20,7 @@ from .errors import (
     CommitFilesGone,
     CommitProtocolError,
     CorruptRecord,
+    GenerationPurged,
     InputsChanged,
     InputsClaimed,
     InvalidOutputSpec,
@@ -48,7 +49,7 @@ from .tasks.writer import TaskAttemptWriter
 __all__ = [
     "AuditFailed",
     "MODES", "CommitConfig", "CommitDenied", "CommitFilesGone", "CommitProtocolError", "CorruptRecord", "FileOutputCommitter", "InputsChanged",
-    "InputsClaimed", "InvalidOutputSpec",
+    "GenerationPurged", "InputsClaimed", "InvalidOutputSpec",
     "JobAlreadyCommitted", "JobConfigMismatch", "Job", "JobContext", "JobIdentityCollision", "JobIncomplete",
     "JobLayout", "JobNotSetUp", "MarkerChanging", "OverlappingRun", "OwnedByTable", "RunOwner", "make_committer",
     "LocalStore", "OutputCommitter", "StagedDataExpired", "StorageCapabilityError", "Store", "TaskAttemptContext", "TaskAttemptWriter",

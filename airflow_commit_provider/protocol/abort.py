@@ -31,6 +31,7 @@ from .faults import inject, mid_delete
 from .job import Job
 from .layout import TEMPORARY, parse_attempt_name
 from .records.job import JobRecord
+from .records.purged import PurgedGeneration
 from .records.success import marker_dirs_above, withdraw_markers
 from .stage import Stage
 from .stores.helpers import delete_and_prune
@@ -257,7 +258,14 @@ class Purge(AbortStage):
     checks_generation = True
 
     def apply(self, arg: None) -> dict[str, Any]:
-        scope = self.scope
+        scope, job = self.scope, self.run.job
+        # before the job record goes: a try of a run that set this generation up must not take the job's last
+        # commit, an earlier generation's, for its own (records/purged.py). Without an earlier commit such a try
+        # finds no job at all, and without an owner nobody can tell its run: then the target keeps no trace
+        owners = [o for o in (scope.app_owner(app, job) for app in self.run.apps) if o is not None]
+        if job.generation > 0 and owners:
+            scope.store.write_bytes(scope.layout.purge_record, PurgedGeneration.of(
+                scope.job_id, job.job_uuid, job.generation, owners).to_json())
         for name in sorted(scope.store.list_dir(scope.layout.job_dir)):
             if name.isdigit():
                 scope.store.delete_tree(scope.layout.app_dir(int(name)))

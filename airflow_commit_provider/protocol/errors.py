@@ -46,6 +46,12 @@ class JobNotSetUp(CommitProtocolError):
     """An operation needs a job record and there is none (setup_job never ran, or the job was cleaned up)."""
 
 
+class GenerationPurged(JobNotSetUp):
+    """A try of a DAG run whose generation of the job was purged before it committed (:mod:`.records.purged`): the
+    job's last commit is another generation's, and answering with it would let the run succeed without its data.
+    Only a clear of the whole run, its setup included, sets up a new generation."""
+
+
 class JobAlreadyCommitted(CommitProtocolError):
     """A task attempt tried to start after its job generation was committed (a zombie, typically)."""
 

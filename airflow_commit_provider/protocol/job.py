@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from . import records
 from .config import CommitConfig, RunOwner
 from .errors import (
+    GenerationPurged,
     InvalidOutputSpec,
     JobAlreadyCommitted,
     JobConfigMismatch,
@@ -33,6 +34,7 @@ from .owners import not_owned
 from .parallel import parallel
 from .publish import Publisher, publisher_for
 from .records.job import CommitLog, CommitPlan, JobRecord
+from .records.purged import PurgedGeneration
 from .records.refused import RefusedTasks
 from .records.task import TaskCommitRecord
 from .stores import Store
@@ -224,13 +226,31 @@ class Job:
         :class:`JobAlreadyCommitted` when there is none."""
         record = self.job_record()
         if record is None:
-            if self.commit_log() is not None:
+            log = self.commit_log()
+            self.refuse_if_purged(log)
+            if log is not None:
                 raise JobAlreadyCommitted(
                     f"job {self.job_id} at {self.store.url()} is committed and cleaned up; a new generation starts "
                     "only through setup_job()")
             raise JobNotSetUp(f"job {self.job_id} has no job record at {self.store.url(self.layout.job_record)}; "
                               "run setup_job() first")
         return self._matching(record)
+
+    def refuse_if_purged(self, log: CommitLog | None) -> None:
+        """:class:`GenerationPurged` when there is no job record because a purge ended a generation that this
+        committer's DAG run set up (and nothing as new committed since: *log*, the commit log as just read). A
+        committer without an owner cannot tell its generation from another: it is not refused."""
+        if self.config.owner is None:
+            return
+        purged = PurgedGeneration.read(self.store, self.layout.purge_record)
+        if purged is not None and purged.refuses(self.config.owner, None if log is None else log.generation):
+            last = "no generation has committed" if log is None else \
+                f"the job's last commit is generation {log.generation}'s ({log.job_uuid})"
+            raise GenerationPurged(
+                f"job {self.job_id} at {self.store.url()}: {purged.describe()} before it committed, and {last}: "
+                f"this try of {self.config.owner.describe()} belongs to the purged generation, whose writes are gone. "
+                "Clear the whole DAG run, its setup task included: the setup starts a new generation and the writes "
+                "run again")
 
     def _matching(self, record: JobRecord) -> JobRecord:
         """*record*, once :meth:`check_config` accepted it (a record is immutable: checked once)."""

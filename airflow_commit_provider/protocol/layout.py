@@ -145,6 +145,12 @@ class JobLayout:
         return f"{COMMITS}/{self.job_id}.json"
 
     @property
+    def purge_record(self) -> str:
+        """The last purge of a generation of this job that had not committed (:mod:`.records.purged`). Its name
+        starts with ``_``, as :attr:`error_claim`'s: never a job's commit log."""
+        return f"{COMMITS}/_purged_{self.job_id}.json"
+
+    @property
     def error_claim(self) -> str:
         """The target's owner in mode ``error`` (:mod:`.targetclaim`): one per target, whatever the job. Its name
         starts with ``_``, which no job id does, so it is never a job's commit log."""

@@ -13,7 +13,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_commit_provider.protocol import InvalidOutputSpec, make_committer, read_success_marker, run_task_attempt
+from airflow_commit_provider.protocol import (
+    GenerationPurged,
+    InvalidOutputSpec,
+    RunOwner,
+    make_committer,
+    read_success_marker,
+    run_task_attempt,
+)
 from ..cli.test_cli import as_json, cli
 from ..protocol import compaction_tables as tables
 from ..protocol import compaction_worker as worker
@@ -70,6 +77,40 @@ def test_the_command_line_inspects_verifies_and_purges_through_the_connection(cl
     assert "removed: job failed (failed)" in cli("gc", root, "--apply", "--conn-id", cloud.conn_id).stdout
     assert [j["job_id"] for j in as_json("inspect", root, "--conn-id", cloud.conn_id)["jobs"]] == ["done"]
     assert sorted(r["x"] for r in sc.read_rows(root)) == [1], "the committed job's rows stay, once"
+
+
+def test_a_clear_of_failed_tasks_after_gc_purged_the_runs_generation_is_refused(cloud, bucket):
+    """Found from outside (session 19): run R2's failed generation purged by ``gc --apply`` as ``inspect``
+    advises, then "clear failed tasks" of R2: its write and commit answered with run R1's commit (its generation
+    0), and R2 succeeded without its data. Both are refused now, naming the way out, which works."""
+    root = cloud.root(bucket, "daily")
+    algorithm = "magic" if cloud.name == "azure" else 1
+
+    def committer(run_id: str, clear: int):
+        return make_committer(root, "daily", algorithm=algorithm, mode="overwrite",
+                              owner=RunOwner("etl", run_id, clear))
+
+    r1 = committer("R1", 0)
+    r1.setup_job()
+    run_task_attempt(r1, 0, 1, lambda w: w.write(pa.table({"run": ["R1"] * 3})))
+    r1.commit_job(1)
+    r2 = committer("R2", 0)
+    r2.setup_job(run_finished=lambda other: True)
+    run_task_attempt(r2, 0, 1, lambda w: w.write(pa.table({"run": ["R2"] * 3})))
+    r2.abort_job(keep_committed=True)   # its commit task failed; the teardown kept task 0
+    assert "removed: job daily" in cli("gc", root, "--apply", "--conn-id", cloud.conn_id).stdout
+
+    cleared = committer("R2", 1)
+    with pytest.raises(GenerationPurged, match="Clear the whole DAG run, its setup task included"):
+        run_task_attempt(cleared, 0, 2, lambda w: w.write(pa.table({"run": ["R2"] * 3})))
+    with pytest.raises(GenerationPurged, match="the job's last commit is generation 0's"):
+        cleared.commit_job(1)
+    assert sorted(r["run"] for r in sc.read_rows(root)) == ["R1"] * 3
+
+    cleared.setup_job(run_finished=lambda other: True)   # the whole run cleared, as the error says
+    run_task_attempt(cleared, 0, 3, lambda w: w.write(pa.table({"run": ["R2"] * 3})))
+    cleared.commit_job(1)
+    assert sorted(r["run"] for r in sc.read_rows(root)) == ["R2"] * 3
 
 
 CANNOT = [(scheme, args) for scheme in ("gs", "abfs", "az")

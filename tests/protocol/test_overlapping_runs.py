@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from airflow_commit_provider.protocol import OverlappingRun, RunOwner, make_committer, run_task_attempt
+from airflow_commit_provider.protocol import GenerationPurged, OverlappingRun, RunOwner, make_committer, run_task_attempt
 
 from . import scenario as sc
 
@@ -165,3 +165,49 @@ def test_an_owner_that_is_not_one_is_refused_by_name(tmp_path):
         fh.write(text.replace('"dag_id"', '"dag"'))
     with pytest.raises(CorruptRecord, match="_app.json: owner is not a DAG run"):
         write(committer(root, B, "append"), 0, 1, [])
+
+
+@pytest.mark.parametrize("mode", ["append", "overwrite"])
+@pytest.mark.parametrize("algorithm", [1, 2])
+@pytest.mark.parametrize("purged_run", ["another run", "a later clear of the same run"])
+def test_a_run_whose_generation_was_purged_is_refused_until_a_whole_clear(tmp_path, mode, algorithm, purged_run):
+    """A commits generation 0; a newer generation (another run's, or a later clear of A) commits task 0, its commit
+    fails, its teardown keeps task 0 and a purge (``gc --apply``) ends it. A clear of that run's failed tasks runs
+    its write and its commit again, without its setup: before the purge record, both answered with generation 0's
+    output (``already_committed``, generation 0's manifest), and the run succeeded without its data. Both are
+    refused now, nothing changes, and a clear of the whole run (its setup included) commits its rows."""
+    root = str(tmp_path / "out")
+    newer = B if purged_run == "another run" else RunOwner(A.dag_id, A.run_id, 1)
+    cleared = RunOwner(newer.dag_id, newer.run_id, newer.clear_number + 1)
+    a, calls = committer(root, A, mode, algorithm), []
+    a.setup_job()
+    for t in range(2):
+        write(a, t, 1, calls)
+    first = a.commit_job(2)
+    n = committer(root, newer, mode, algorithm)
+    n.setup_job(run_finished=lambda other: True)
+    write(n, 0, 2, calls)
+    assert n.abort_job(keep_committed=True)["kept_committed_tasks"] == ([0] if algorithm == 1 else [])
+    assert n.abort_job()["purged"]
+    before, rows_before = job_files(root), sc.read_rows(root)
+
+    c = committer(root, cleared, mode, algorithm)   # "clear failed tasks": the writes and the commit, no setup
+    with pytest.raises(GenerationPurged, match=r"generation 1 \(.*\) was purged .* Clear the whole DAG run"):
+        write(c, 1, 3, calls)
+    with pytest.raises(GenerationPurged, match="Clear the whole DAG run, its setup task included"):
+        c.commit_job(2)
+    assert job_files(root) == before and sc.read_rows(root) == rows_before, "a refused try changes nothing"
+    assert (1, 3) not in calls
+    if purged_run == "another run":   # A's own late try is told, as before, that its generation committed
+        assert write(committer(root, A, mode, algorithm), 1, 4, calls)["status"] == "already_committed"
+
+    c.setup_job(run_finished=lambda other: True)   # the whole run cleared: a new generation
+    for t in range(2):
+        write(c, t, 5, calls)
+    manifest = c.commit_job(2)
+    assert manifest["generation"] == 1 and manifest["job_uuid"] != first["job_uuid"]
+    ours = [r for r in sc.read_rows(root) if r["attempt"] == 5]
+    sc.assert_exactly_once(ours, tasks=2)
+    assert len(sc.read_rows(root)) == len(ours), "a new generation of the job replaces the job's own earlier one"
+    # the purge record stops counting once a generation as new committed: a late try is told it committed
+    assert write(committer(root, cleared, mode, algorithm), 0, 6, calls)["status"] == "already_committed"

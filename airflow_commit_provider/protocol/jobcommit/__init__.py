@@ -67,6 +67,7 @@ def _commit_job(scope: Job, expected_tasks: int | Iterable[int] | None, defer_cl
     job = scope.job_record()
     if job is None:
         log_ = scope.commit_log()
+        scope.refuse_if_purged(log_)
         if log_ is None:
             raise JobNotSetUp(f"job {scope.job_id} was never set up at {scope.store.url()}")
         if not defer_cleanup:
