@@ -81,3 +81,20 @@ def test_abort_of_one_job_leaves_the_other(tmp_path):
     assert set(rows) == {"keep"}
     assert sorted(rows["keep"]) == sorted((t, i, days[t]) for t in range(TASKS) for i in range(5))
     assert not (tmp_path / "out" / "_temporary").exists()
+
+
+def test_the_abort_of_a_v2_job_that_made_nothing_visible_leaves_the_other_jobs_marker(tmp_path):
+    """Found from outside (session 19): a v2 job whose task committed no file (an empty task) withdrew the root
+    ``_SUCCESS`` of another, committed job when its teardown withdrew that commit: no visible file changed, and
+    the marker was gone for good."""
+    root = str(tmp_path / "out")
+    done = FileOutputCommitter(root, "done", algorithm=1, mode="append")
+    done.setup_job()
+    run_task_attempt(done, 0, 1, lambda w: w.write(_table("done", 0, "d0")))
+    manifest = done.commit_job(1)
+    empty = FileOutputCommitter(root, "empty", algorithm=2, mode="append")
+    empty.setup_job()
+    assert run_task_attempt(empty, 0, 1, lambda w: None).files == 0
+    assert read_success_marker(root, verify_files=True)["job_uuid"] == manifest["job_uuid"]
+    empty.abort_job(keep_committed=True)
+    assert read_success_marker(root, verify_files=True)["job_uuid"] == manifest["job_uuid"]

@@ -50,7 +50,8 @@ class TaskCommitPublisher(Publisher):
         """The record is gone already (see the abort): remove the visible files, the markers above them first."""
         paths = [f.path for f in rec.files if f.path not in keep]
         present = sorted(set(paths) - set(missing(self.store, paths)))
-        withdraw_markers(self.store, marker_dirs_above(present))
+        if present:   # no visible file goes (an empty task, a commit that died before its moves): no marker lies
+            withdraw_markers(self.store, marker_dirs_above(present))
         delete_and_prune(self.store, present, self.threads, mid_delete)
         self.store.delete_tree(rec.work_dir)
         return present
