@@ -144,6 +144,7 @@ class AbortTasks(Stage[AbortRun, int, None]):
     def apply(self, app: int) -> None:
         run, scope, job = self.run, self.scope, self.run.job
         committed: set[tuple[int, int]] = set()
+        refused = scope.refused_tasks(job) if run.keep_committed else None
         for rec in scope.app_records(app, job.job_uuid):
             run.check_current(self.name)
             if rec.adopted:
@@ -164,6 +165,10 @@ class AbortTasks(Stage[AbortRun, int, None]):
                 newer = scope.task_record(rec.app_attempt, rec.task, job.job_uuid) if run.keep_committed else None
                 run.removed_visible += scope.publisher.withdraw_commit(
                     rec, keep={f.path for f in newer.files} if newer else set())
+                continue
+            if refused is not None and refused.refuses(rec):
+                # a job commit refused it for good (records/refused.py): not kept, nor finished (its files may
+                # never reach their names: two tasks' alike); the next application attempt runs the task again
                 continue
             committed.add((rec.task, rec.attempt))
             if run.keep_committed:

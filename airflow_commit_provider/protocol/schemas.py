@@ -40,6 +40,7 @@ from . import records
 from .errors import CorruptRecord, InvalidOutputSpec
 from .job import Job
 from .records.job import JobRecord
+from .records.refused import refused_note
 from .records.task import TaskCommitRecord
 from .tables.common import SchemaMismatch, describe_difference, parquet_schema
 
@@ -91,17 +92,7 @@ def refuse(scope: Job, job: JobRecord, refused: Iterable[SchemaGroup], error: Sc
     raise *error* saying so: they are re-run on the next clear with the stage's setup, *then*."""
     bad = sorted({t: rec for g in refused for t, rec in g.recs.items()}.values(), key=lambda r: r.task)
     scope.refuse_tasks(job, bad, str(error))
-    raise SchemaMismatch(
-        f"{error}. The files of {_tasks(bad)} are recorded as refused: {'they are' if len(bad) > 1 else 'it is'} "
-        "re-run, not recovered, on the next clear of the DAG run with the stage's setup (a new application "
-        f"attempt; 'clear only failed tasks' re-runs this commit alone, which fails the same way), {then}") from error
-
-
-def _tasks(recs: Sequence[TaskCommitRecord]) -> str:
-    """``task 3`` or ``tasks 0, 1, 2`` (the first 20), each with where it committed when it was recovered."""
-    shown = ", ".join(str(r.task) + (f" (recovered from application attempt {r.committed_in_app})"
-                                     if r.adopted else "") for r in recs[:20])
-    return f"task{'s' if len(recs) > 1 else ''} {shown}{' ...' if len(recs) > 20 else ''}"
+    raise SchemaMismatch(f"{error}. {refused_note(bad, then)}") from error
 
 
 def check_one_schema(scope: Job, job: JobRecord, recs: Iterable[TaskCommitRecord]) -> None:

@@ -280,3 +280,43 @@ def test_bad_row_or_size_counts_are_the_callers_error_and_write_nothing(tmp_path
     c.commit_task(ta, w.rows, sizes=w.sizes)
     c.commit_job(1)
     assert len(sc.read_rows(str(tmp_path / "out"))) == len(sc.task_table(0, 1))
+
+
+def _named(name: str):
+    def write(w):
+        with w.open_file(name) as fh:
+            fh.write(name.encode())
+    return write
+
+
+@pytest.mark.parametrize("clash", ["two tasks", "a visible file"])
+def test_a_name_the_commit_refuses_is_not_recovered_by_the_clear_that_fixes_it(target, clash):
+    """Found from outside (session 19): a job commit refused two tasks' equal file names (or one the target
+    already holds, in append mode), and the advice (fix the names, clear the run) could not work: the clear
+    recovered both commits without running the fixed code, and the commit failed the same way for ever. The
+    refused commits are recorded now (as a schema refusal's are), so the clear of the run runs them again."""
+    c = FileOutputCommitter(target, "job", algorithm=1, mode="append")
+    c.setup_job()
+    if clash == "a visible file":
+        with open(os.path.join(target, "taken.txt"), "wb") as fh:
+            fh.write(b"someone else's")
+    names = {0: "same.txt", 1: "same.txt"} if clash == "two tasks" else {0: "taken.txt", 1: "mine-1.txt"}
+    for task in (0, 1):
+        try:
+            run_task_attempt(c, task, 1, _named(names[task]))
+        except InvalidOutputSpec:   # the local store refuses the second same.txt at its task commit already
+            assert clash == "two tasks" and task == 1
+    refused = [0, 1] if clash == "two tasks" else [0]
+    with pytest.raises(InvalidOutputSpec, match=r"(both wrote same.txt|append would replace existing file).* "
+                                                rf"The files of tasks? {', '.join(map(str, refused))} are recorded "
+                                                "as refused.*so fix the file names first"):
+        c.commit_job(2)
+    c.abort_job(keep_committed=True)   # the failed run's teardown
+    c.setup_job()                      # the clear of the run, its setup included; the code now names by task
+    outcomes = [run_task_attempt(c, t, 2, _named(f"fixed-{t}.txt")).status for t in (0, 1)]
+    assert outcomes == ["committed" if t in refused else "recovered" for t in (0, 1)]
+    c.commit_job(2)
+    visible = sorted(sc.visible_files(target))
+    assert [p for p in visible if p.endswith(".txt")] == (
+        ["fixed-0.txt", "fixed-1.txt"] if clash == "two tasks" else ["fixed-0.txt", "mine-1.txt", "taken.txt"])
+    assert read_success_marker(target, verify_files=True)

@@ -13,7 +13,7 @@ import os
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import records
 from ..audit.expiry import refuse_expired_staging
@@ -26,7 +26,7 @@ from ..paths import join
 from ..records.claims import live_holders
 from ..records.inputs import check_unchanged
 from ..records.job import CommitLog, CommitPlan, JobRecord
-from ..records.refused import RefusedTasks
+from ..records.refused import RefusedTasks, refused_note
 from ..records.success import SuccessManifest, marker_dirs_above, withdraw_markers, write_markers
 from ..records.task import TaskCommitRecord
 from ..records.underway import markers_changing
@@ -75,17 +75,34 @@ class RecoverTasks(Stage[Sequence[int], dict[int, TaskCommitRecord]]):
             raise JobIncomplete(f"job {scope.job_id} cannot commit: {len(missing)} of {len(tasks)} expected task(s) "
                                 f"have no committed attempt: {shown}{refused_hint(refused, missing)}", missing)
         owner: dict[str, int] = {}
+        clashes: dict[str, tuple[int, int]] = {}
         for task in tasks:
             for f in recs[task].files:
                 if f.path in owner:
-                    raise InvalidOutputSpec(f"tasks {owner[f.path]} and {task} both wrote {f.path}; file "
-                                            "names must be unique across tasks (include the task number)")
+                    clashes.setdefault(f.path, (owner[f.path], task))
                 owner[f.path] = task
+        if clashes:
+            path, (first, second) = next(iter(clashes.items()))
+            refuse_for_names(scope, job, [recs[t] for t in sorted({t for pair in clashes.values() for t in pair})],
+                             f"tasks {first} and {second} both wrote {path}; file names must be unique across tasks "
+                             "(include the task number)")
         scope.publisher.complete_task_commits(list(recs.values()))
         return {t: recs[t] for t in tasks}
 
     def counts(self, out: dict[int, TaskCommitRecord]) -> dict[str, int]:
         return {"tasks": len(out), "files": sum(len(r.files) for r in out.values())}
+
+
+def refuse_for_names(scope: Job, job: JobRecord, bad: Sequence[TaskCommitRecord], error: str,
+                     alternative: str = "") -> NoReturn:
+    """:class:`InvalidOutputSpec` *error* for file names the commit cannot publish (two tasks' alike, one the
+    target holds), nothing changed. The commits of *bad* are recorded as refused first (where they are not
+    visible yet): recovered, they would be refused the same way on every clear, and the fixed code never run."""
+    if scope.publisher.publishes_at_task_commit:
+        raise InvalidOutputSpec(error)
+    scope.refuse_tasks(job, bad, error)
+    then = "so fix the file names first" + (f" ({alternative})" if alternative else "")
+    raise InvalidOutputSpec(f"{error}. {refused_note(bad, then)}")
 
 
 def refused_hint(refused: RefusedTasks, missing: Sequence[int]) -> str:
@@ -149,8 +166,10 @@ class FixPlan(Stage[dict[int, TaskCommitRecord], Plan]):
         if mode.refuses_clobber and not scope.publisher.publishes_at_task_commit:
             clobbered = sorted(p for p in dsts if p in visible and p not in replaced)
             if clobbered:
-                raise InvalidOutputSpec(f"{mode.name} would replace existing file(s) {clobbered[:5]} in "
-                                        f"{scope.store.url()}; nothing was changed")
+                refuse_for_names(scope, job, [r for r in recs.values() if any(f.path in set(clobbered)
+                                                                             for f in r.files)],
+                                 f"{mode.name} would replace existing file(s) {clobbered[:5]} in {scope.store.url()}; "
+                                 "nothing was changed", "or remove those files")
         if job.replace_inputs:
             check_unchanged(scope.store, job)  # a compaction's inputs: still the files its merges read (:mod:`.inputs`)
         deletions |= ((replaced | replace_files) & visible) | strays

@@ -14,7 +14,7 @@ goes with the job directory at the generation's commit or purge.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .. import records
@@ -74,4 +74,19 @@ class RefusedTasks:
         return cls(known.job_uuid, tasks)
 
 
-__all__ = ["RefusedTasks"]
+def describe_tasks(recs: Sequence[TaskCommitRecord]) -> str:
+    """``task 3`` or ``tasks 0, 1, 2`` (the first 20), each with where it committed when it was recovered."""
+    shown = ", ".join(str(r.task) + (f" (recovered from application attempt {r.committed_in_app})"
+                                     if r.adopted else "") for r in recs[:20])
+    return f"task{'s' if len(recs) > 1 else ''} {shown}{' ...' if len(recs) > 20 else ''}"
+
+
+def refused_note(recs: Sequence[TaskCommitRecord], then: str) -> str:
+    """What a job commit that recorded the commits *recs* as refused (:meth:`~..job.Job.refuse_tasks`) says
+    about the way on: which clear runs them again, *then* what to change first."""
+    return (f"The files of {describe_tasks(recs)} are recorded as refused: {'they are' if len(recs) > 1 else 'it is'} "
+            "re-run, not recovered, on the next clear of the DAG run with the stage's setup (a new application "
+            f"attempt; 'clear only failed tasks' re-runs this commit alone, which fails the same way), {then}")
+
+
+__all__ = ["RefusedTasks", "describe_tasks", "refused_note"]
