@@ -113,6 +113,34 @@ def test_a_clear_of_failed_tasks_after_gc_purged_the_runs_generation_is_refused(
     assert sorted(r["run"] for r in sc.read_rows(root)) == ["R2"] * 3
 
 
+def test_a_name_clash_refused_at_job_commit_is_run_again_by_the_clear_that_fixes_it(cloud, bucket):
+    """Found from outside (session 19): two tasks wrote one chosen name; the job commit refused it, and the clear
+    the error advised recovered both commits without running the fixed code, for ever. The refused commits are
+    recorded now: the clear runs both tasks again and the commit publishes the fixed names."""
+    root = cloud.root(bucket, "names")
+    algorithm = "magic" if cloud.name == "azure" else 1
+    c = make_committer(root, "j", algorithm=algorithm, mode="append")
+    c.setup_job()
+    uuid = c.job_record().job_uuid   # a chosen name carries the generation (the magic committer on Azure)
+
+    def named(name: str):
+        def produce(w):
+            with w.open_file(name) as fh:
+                fh.write(name.encode())
+        return produce
+
+    for t in range(2):
+        run_task_attempt(c, t, 1, named(f"x-{uuid}.bin"))
+    with pytest.raises(InvalidOutputSpec, match="both wrote .* The files of tasks 0, 1 are recorded as refused"):
+        c.commit_job(2)
+    c.abort_job(keep_committed=True)   # the failed run's teardown
+    c.setup_job()                      # the clear of the run
+    assert [run_task_attempt(c, t, 2, named(f"x-{t}-{uuid}.bin")).ran_callable for t in range(2)] == [True, True]
+    c.commit_job(2)
+    assert sorted(f["path"] for f in read_success_marker(root, verify_files=True)["files"]) == [
+        f"x-0-{uuid}.bin", f"x-1-{uuid}.bin"]
+
+
 CANNOT = [(scheme, args) for scheme in ("gs", "abfs", "az")
           for args in ({"table_format": "delta"}, {"table_format": "iceberg", "table_name": "ns.t"})]
 CANNOT.append(("gs", {"algorithm": "magic"}))   # Azure stages blocks for it; GCS: see stores/gcs.py
