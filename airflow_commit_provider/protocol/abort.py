@@ -265,12 +265,12 @@ class Purge(AbortStage):
     def apply(self, arg: None) -> dict[str, Any]:
         scope, job = self.scope, self.run.job
         # before the job record goes: a try of a run that set this generation up must not take the job's last
-        # commit, an earlier generation's, for its own (records/purged.py). Without an earlier commit such a try
-        # finds no job at all, and without an owner nobody can tell its run: then the target keeps no trace
-        owners = [o for o in (scope.app_owner(app, job) for app in self.run.apps) if o is not None]
-        if job.generation > 0 and owners:
-            scope.store.write_bytes(scope.layout.purge_record, PurgedGeneration.of(
-                scope.job_id, job.job_uuid, job.generation, owners).to_json())
+        # commit, another generation's, for its own (records/purged.py); without an owner nobody can tell its run
+        owners = {o.key(): o for o in (scope.app_owner(app, job) for app in self.run.apps) if o is not None}
+        at = records.now_iso()
+        for key, owner in sorted(owners.items()):
+            scope.store.write_bytes(scope.layout.purge_record(key), PurgedGeneration(
+                scope.job_id, job.job_uuid, job.generation, owner, at).to_json())
         for name in sorted(scope.store.list_dir(scope.layout.job_dir)):
             if name.isdigit():
                 scope.store.delete_tree(scope.layout.app_dir(int(name)))

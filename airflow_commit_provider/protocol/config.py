@@ -4,6 +4,7 @@ this object, so a bad value is refused by name in one place and a job's settings
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -76,6 +77,11 @@ class RunOwner:
 
     def describe(self) -> str:
         return f"DAG run {self.run_id!r} of DAG {self.dag_id!r} (clear {self.clear_number})"
+
+    def key(self) -> str:
+        """A short name for the run (any clear of it) in a record's file name: a digest of its ids, which may
+        hold characters no file name takes."""
+        return hashlib.sha256(f"{self.dag_id}\0{self.run_id}".encode()).hexdigest()[:20]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

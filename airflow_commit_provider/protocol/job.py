@@ -237,20 +237,26 @@ class Job:
         return self._matching(record)
 
     def refuse_if_purged(self, log: CommitLog | None) -> None:
-        """:class:`GenerationPurged` when there is no job record because a purge ended a generation that this
-        committer's DAG run set up (and nothing as new committed since: *log*, the commit log as just read). A
-        committer without an owner cannot tell its generation from another: it is not refused."""
+        """:class:`GenerationPurged` when there is no job record and a purge ended a generation that this
+        committer's DAG run set up, which the run has not set up again since (*log*: the commit log as just read).
+        A committer without an owner cannot tell its generation from another: it is not refused."""
         if self.config.owner is None:
             return
-        purged = PurgedGeneration.read(self.store, self.layout.purge_record)
-        if purged is not None and purged.refuses(self.config.owner, None if log is None else log.generation):
-            last = "no generation has committed" if log is None else \
-                f"the job's last commit is generation {log.generation}'s ({log.job_uuid})"
-            raise GenerationPurged(
-                f"job {self.job_id} at {self.store.url()}: {purged.describe()} before it committed, and {last}: "
-                f"this try of {self.config.owner.describe()} belongs to the purged generation, whose writes are gone. "
-                "Clear the whole DAG run, its setup task included: the setup starts a new generation and the writes "
-                "run again")
+        purged = PurgedGeneration.read(self.store, self.layout.purge_record(self.config.owner.key()))
+        if purged is None:
+            return
+        last = "no generation has committed" if log is None else \
+            f"the job's last commit is generation {log.generation}'s ({log.job_uuid})"
+        raise GenerationPurged(
+            f"job {self.job_id} at {self.store.url()}: {purged.describe()} before it committed, and {last}: this "
+            f"try of {self.config.owner.describe()} belongs to the purged generation, whose writes are gone. Clear "
+            "the whole DAG run, its setup task included: the setup starts a new generation and the writes run again")
+
+    def forget_purge(self) -> None:
+        """This committer's DAG run has a job record to work in again (its setup): a try of it is no longer one of
+        a purged generation (:meth:`refuse_if_purged`)."""
+        if self.config.owner is not None:
+            self.store.delete_file(self.layout.purge_record(self.config.owner.key()))
 
     def _matching(self, record: JobRecord) -> JobRecord:
         """*record*, once :meth:`check_config` accepted it (a record is immutable: checked once)."""

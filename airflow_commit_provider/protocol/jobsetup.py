@@ -62,6 +62,7 @@ def setup_job(scope: Job, *, replace_files: Iterable[str] = (), replace_first: b
     apps = scope.app_attempts(job)
     if apps:   # before the plan: a run still committing the job is not joined either
         check_no_overlap(scope, job, apps[0], run_finished)
+    scope.forget_purge()   # the run works in this job record now, whatever a purge ended before (records/purged.py)
     plan = scope.commit_plan(job)
     if plan is not None:
         return context(scope, job, plan.app_attempt, "committing")

@@ -144,11 +144,11 @@ class JobLayout:
     def commit_log(self) -> str:
         return f"{COMMITS}/{self.job_id}.json"
 
-    @property
-    def purge_record(self) -> str:
-        """The last purge of a generation of this job that had not committed (:mod:`.records.purged`). Its name
-        starts with ``_``, as :attr:`error_claim`'s: never a job's commit log."""
-        return f"{COMMITS}/_purged_{self.job_id}.json"
+    def purge_record(self, run: str) -> str:
+        """That a purge ended a generation of this job, uncommitted, that DAG run *run* (:meth:`.RunOwner.key`)
+        had set up (:mod:`.records.purged`). Its name starts with ``_``, as :attr:`error_claim`'s: never a job's
+        commit log."""
+        return f"{COMMITS}/_purged_{self.job_id}_{run}.json"
 
     @property
     def error_claim(self) -> str:

@@ -192,7 +192,8 @@ def test_a_run_whose_generation_was_purged_is_refused_until_a_whole_clear(tmp_pa
     before, rows_before = job_files(root), sc.read_rows(root)
 
     c = committer(root, cleared, mode, algorithm)   # "clear failed tasks": the writes and the commit, no setup
-    with pytest.raises(GenerationPurged, match=r"generation 1 \(.*\) was purged .* Clear the whole DAG run"):
+    with pytest.raises(GenerationPurged, match=r"generation 1 \(.*\), which .* set up, was purged .* Clear the whole "
+                                               "DAG run"):
         write(c, 1, 3, calls)
     with pytest.raises(GenerationPurged, match="Clear the whole DAG run, its setup task included"):
         c.commit_job(2)
@@ -211,3 +212,44 @@ def test_a_run_whose_generation_was_purged_is_refused_until_a_whole_clear(tmp_pa
     assert len(sc.read_rows(root)) == len(ours), "a new generation of the job replaces the job's own earlier one"
     # the purge record stops counting once a generation as new committed: a late try is told it committed
     assert write(committer(root, cleared, mode, algorithm), 0, 6, calls)["status"] == "already_committed"
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_a_purged_run_stays_refused_whatever_commits_or_purges_come_after(tmp_path, algorithm):
+    """Found by attacking the rule above from outside: it compared generation numbers (refused while no generation
+    as new had committed), but a purged number is reused, so another run's commit after the purge made the purged
+    run's clear succeed with that run's output again; and one record per job let a second purge forget the first's
+    run. One record per run now, read by name, deleted only by that run's own next setup."""
+    root = str(tmp_path / "out")
+    def job(name: str, clear: int = 0):
+        return committer(root, RunOwner("daily", f"run_{name}", clear), "overwrite", algorithm)
+
+    calls: list[tuple[int, int]] = []
+    a = job("A")
+    a.setup_job()
+    write(a, 0, 1, calls)
+    a.commit_job(1)
+    for name in "BC":   # two runs' generations, one after the other, each purged before it committed
+        c = job(name)
+        c.setup_job(run_finished=lambda other: True)
+        write(c, 0, 2, calls)
+        c.abort_job(keep_committed=True)
+        c.abort_job()
+    d = job("D")
+    d.setup_job(run_finished=lambda other: True)
+    write(d, 0, 3, calls)
+    assert d.commit_job(1)["generation"] == 1, "the purged generations' number, reused"
+    for name in "BC":
+        with pytest.raises(GenerationPurged, match=f"run_{name}"):
+            write(job(name, 1), 0, 4, calls)
+        with pytest.raises(GenerationPurged):
+            job(name, 1).commit_job(1)
+    assert write(job("D", 1), 0, 5, calls)["status"] == "already_committed"
+    b = job("B", 1)
+    b.setup_job(run_finished=lambda other: True)   # B cleared whole: its own record goes, C's stays
+    write(b, 0, 6, calls)
+    b.commit_job(1)
+    assert {r["attempt"] for r in sc.read_rows(root)} == {6}
+    with pytest.raises(GenerationPurged, match="run_C"):
+        write(job("C", 2), 0, 7, calls)
+    assert (0, 4) not in calls and (0, 7) not in calls, "no refused try ran its code"

@@ -91,7 +91,7 @@ def test_the_readme_layout_is_the_code_layout(tmp_path):
     documented = {re.split(r"\s{2,}", line.strip())[0] for line in block.strip().splitlines() if line.strip()}
     jl = layout.JobLayout("<job>")
     named = {
-        jl.job_record, jl.plan("<job uuid>"), jl.commit_log, jl.error_claim, jl.purge_record, jl.app_marker(0),
+        jl.job_record, jl.plan("<job uuid>"), jl.commit_log, jl.error_claim, jl.purge_record("<run>"), jl.app_marker(0),
         jl.app_entry(0),
         jl.attempt_dir(0, 1, 2),
         jl.committed_dir(0), jl.task_record(0, 1), jl.attempt_claim(0, 1, 2), jl.attempt_claim(0, 1, 2) + ".started",

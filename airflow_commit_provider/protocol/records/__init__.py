@@ -14,7 +14,7 @@ commit plan         ``plan(job_uuid)``               once, before the first move
 abort record        ``abort_record(app, job_uuid)``  by the failed run's teardown
 commit log          ``commit_log``                   at job commit; outlives ``_temporary``
 error-mode claim    ``error_claim``                  exclusive, before the plan (mode ``error``)
-purge record        ``purge_record``                 by a purge of an uncommitted generation
+purge record        ``purge_record(run)``            by a purge, per run of the generation
 ``_SUCCESS``        ``SUCCESS`` (and per partition)  last
 compaction plan     ``compaction_plan(job_uuid)``    once, before a compaction's first merge
 input claim         ``input_claim(file, n)``         exclusive: who holds a compaction's input
