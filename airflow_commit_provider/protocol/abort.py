@@ -31,6 +31,7 @@ from .faults import inject, mid_delete
 from .job import Job
 from .layout import TEMPORARY, parse_attempt_name
 from .records.job import JobRecord
+from .records.lastcommit import write_back_root_marker
 from .records.purged import PurgedGeneration
 from .records.success import marker_dirs_above, withdraw_markers
 from .stage import Stage
@@ -75,7 +76,10 @@ def abort_job(scope: Job, *, keep_committed: bool = False) -> dict[str, Any]:
         AbortUploads(run)(None)
         FreeTarget(run)(None)
         if keep_committed:
-            return WriteAbortRecord(run)(None)
+            result = WriteAbortRecord(run)(None)
+            WriteBackMarker(run)(None)
+            return result
+        WriteBackMarker(run)(None)
         return Purge(run)(None)
     except StoodDown:
         return stood_down(scope)
@@ -168,7 +172,9 @@ class AbortTasks(Stage[AbortRun, int, None]):
                 continue
             if refused is not None and refused.refuses(rec):
                 # a job commit refused it for good (records/refused.py): not kept, nor finished (its files may
-                # never reach their names: two tasks' alike); the next application attempt runs the task again
+                # never reach their names: two tasks' alike), its pending uploads aborted; the next application
+                # attempt runs the task again
+                scope.publisher.abort_uploads([(f.path, f.upload_id) for f in rec.files if f.upload_id is not None])
                 continue
             committed.add((rec.task, rec.attempt))
             if run.keep_committed:
@@ -215,6 +221,23 @@ class AbortUploads(AbortStage):
         aborted = [(rel, uid) for rel, uid in uploads if uid not in run.kept_uploads]
         self.scope.publisher.abort_uploads(aborted)
         run.removed = len(run.removed_visible) + len(aborted)
+
+
+class WriteBackMarker(AbortStage):
+    """v2's task commits withdrew the markers above the files they published, and this abort took those files
+    away (or took strays away): the target's last commit's root ``_SUCCESS`` goes back, unless another job may
+    still change the directory (:mod:`.records.lastcommit`)."""
+
+    name = "abort_marker_back"
+
+    def apply(self, arg: None) -> None:
+        scope, run = self.scope, self.run
+        if not (scope.publisher.publishes_at_task_commit or run.removed_visible):
+            return   # it took nothing visible away
+        if superseded(scope, run.job, run.apps):
+            return   # the job moved on (a clear's attempt may be publishing): its own steps write the markers
+        write_back_root_marker(scope.store, scope.job_id, f"the abort of job {scope.job_id} took its uncommitted "
+                                                          "files away")
 
 
 class FreeTarget(AbortStage):

@@ -658,17 +658,20 @@ def test_a_job_commit_under_way_writes_the_markers_it_withdrew(tmp_path):
     assert t.assert_markers_true(root) == ["", "p=2"] and read_success_marker(root)["job_id"] == "late"
 
 
-def test_a_v2_job_in_its_write_stage_keeps_the_markers_withdrawn(tmp_path):
-    """While a v2 job of this provider has not committed, its task commits withdraw markers and publish at any
-    moment: the deduplication leaves the markers it withdrew to that job's commit."""
+def test_a_v2_job_set_up_but_with_nothing_visible_lets_the_markers_come_back(tmp_path):
+    """A v2 job of this provider changes a directory only by a task commit, which withdraws the markers above its
+    files before they appear: set up, with no task commit on record, it holds no marker back (before session 19
+    it held the deduplication's markers back until its own commit). Its task commit then withdraws the root
+    marker, and its job commit writes it."""
     root = t.spark_table("two_appends", tmp_path / "table")
     t.our_append(root, "first", {0: [100]})
     t.zombie_copy(root, t.TABLES["two_appends"]["files"][0])
     second = t.our_append(root, "second", {}, algorithm=2, commit=False)
     result = remove_duplicates(LocalStore(root))
-    assert len(result["applied"]["deleted"]) == 1 and not os.path.exists(f"{root}/_SUCCESS")
-    assert "job second (v2) has not committed" in result["applied"]["markers"][0]["why"]
+    assert len(result["applied"]["deleted"]) == 1 and result["applied"]["markers"][0]["written"]
+    assert t.assert_markers_true(root) == [""]
     t.run_task_attempt(second, 0, 1, lambda w: w.write(t.ids_table([101])))
+    assert not os.path.exists(f"{root}/_SUCCESS"), "the v2 task commit withdrew the root marker first"
     second.commit_job(1)
     t.assert_rows_once(root, t.spark_ids("two_appends") + [100, 101])
     assert t.assert_markers_true(root) == [""]

@@ -279,3 +279,41 @@ def test_a_try_set_up_while_the_teardown_runs_is_denied_or_counts(bucket, point,
     sc.assert_exactly_once(rows)
     assert {r["attempt"] for r in rows if r["task"] == 0} == {winner}
     assert job_uploads(bucket, uuid) == []
+
+
+@pytest.mark.parametrize("clash", ["three tasks", "a visible file"])
+def test_the_uploads_of_commits_refused_for_their_names_are_aborted_by_the_teardown(bucket, clash):
+    """Found from outside (session 19): the teardown after a job commit refused file names kept the refused
+    commits' uploads pending (they are claimed, so no fencing aborts them; chosen names carry no generation, so no
+    listing finds them), after the clear's commit too; and with three tasks on one name only two were refused."""
+    client = boto3.client("s3")
+    root = f"s3://{bucket}/out"
+    if clash == "a visible file":
+        client.put_object(Bucket=bucket, Key="out/taken.txt", Body=b"someone else's")
+    names = ["same.txt"] * 3 if clash == "three tasks" else ["taken.txt", "mine-1.txt", "mine-2.txt"]
+
+    def named(name: str, body: str):
+        def produce(w):
+            with w.open_file(name) as fh:
+                fh.write(body.encode())
+        return produce
+
+    c = make(root)
+    c.setup_job()
+    for t in range(3):
+        run_task_attempt(c, t, 1, named(names[t], f"old-{t}"))
+    with pytest.raises(CommitProtocolError, match="recorded as refused"):
+        c.commit_job(3)
+    c.abort_job(keep_committed=True)
+    c.setup_job()
+    statuses = [run_task_attempt(c, t, 2, named(f"fixed-{t}.txt", f"new-{t}")).status for t in range(3)]
+    assert statuses == (["committed"] * 3 if clash == "three tasks" else ["committed", "recovered", "recovered"])
+    c.commit_job(3)
+    assert not client.list_multipart_uploads(Bucket=bucket).get("Uploads"), "a refused commit's upload is pending"
+    keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]
+                  if "/_" not in o["Key"] and not o["Key"].endswith("/"))
+    expected = ["out/fixed-0.txt", "out/fixed-1.txt", "out/fixed-2.txt"] if clash == "three tasks" else \
+        ["out/fixed-0.txt", "out/mine-1.txt", "out/mine-2.txt", "out/taken.txt"]
+    assert keys == expected
+    if clash == "a visible file":
+        assert client.get_object(Bucket=bucket, Key="out/taken.txt")["Body"].read() == b"someone else's"

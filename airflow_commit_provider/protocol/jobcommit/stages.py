@@ -74,16 +74,14 @@ class RecoverTasks(Stage[Sequence[int], dict[int, TaskCommitRecord]]):
             shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
             raise JobIncomplete(f"job {scope.job_id} cannot commit: {len(missing)} of {len(tasks)} expected task(s) "
                                 f"have no committed attempt: {shown}{refused_hint(refused, missing)}", missing)
-        owner: dict[str, int] = {}
-        clashes: dict[str, tuple[int, int]] = {}
+        writers: dict[str, list[int]] = {}
         for task in tasks:
             for f in recs[task].files:
-                if f.path in owner:
-                    clashes.setdefault(f.path, (owner[f.path], task))
-                owner[f.path] = task
+                writers.setdefault(f.path, []).append(task)
+        clashes = {path: ts for path, ts in writers.items() if len(ts) > 1}
         if clashes:
-            path, (first, second) = next(iter(clashes.items()))
-            refuse_for_names(scope, job, [recs[t] for t in sorted({t for pair in clashes.values() for t in pair})],
+            path, (first, second, *_) = next(iter(clashes.items()))
+            refuse_for_names(scope, job, [recs[t] for t in sorted({t for ts in clashes.values() for t in ts})],
                              f"tasks {first} and {second} both wrote {path}; file names must be unique across tasks "
                              "(include the task number)")
         scope.publisher.complete_task_commits(list(recs.values()))
@@ -293,7 +291,10 @@ class SaveCommitLog(Stage[tuple[Plan, int], Committed]):
 class WriteMarkers(Stage[Committed, dict[str, Any]]):
     """The markers, ``_SUCCESS`` of the root last (I4): they list the job's files and what they retain. Before
     the root's: each partition's a dynamic job wrote, and each the plan restores (a compaction's), unless another
-    job of this provider is changing that partition (:func:`restorable`)."""
+    job commit of this provider under way changes that partition. None above another job's uncommitted files
+    (a v2 job's task commits, :func:`~..records.underway.markers_changing`), the root's included: it would vouch
+    for them. That job's commit writes the root marker then, its abort the last commit's
+    (:mod:`..records.lastcommit`)."""
 
     name = names.MARKERS
     fault = "commit_job.after_success"
@@ -302,9 +303,18 @@ class WriteMarkers(Stage[Committed, dict[str, Any]]):
         costs = self.run.clock.summary()
         manifest = committed.manifest.with_costs(costs["durations"], requests=costs["requests"],
                                                  bytes_copied=costs["bytes_copied"])
-        partitions = set(manifest.partitions) if self.scope.mode.partition_markers else set()
+        changing = markers_changing(self.scope.store, besides=self.scope.job_id)
+        held = changing.uncommitted_dirs   # a marker there would vouch for another job's uncommitted files
+        partitions = set(manifest.partitions) - held if self.scope.mode.partition_markers else set()
+        if held:
+            manifest = manifest.with_costs(manifest.durations, markers_held_back={
+                "why": changing.uncommitted, "directories": sorted(held)}, warnings=[
+                *manifest.diagnostics.get("warnings", []), f"no _SUCCESS written: {changing.uncommitted}"])
         if committed.restore:
-            restored, left = restorable(self.scope, committed.restore)
+            busy = "a job commit of this provider under way changes this partition (its plan withdrew the marker)"
+            left = [{"directory": d, "why": busy if d in changing.dirs else changing.everywhere}
+                    for d in sorted(committed.restore) if d in changing.dirs or changing.everywhere is not None]
+            restored = sorted(set(committed.restore) - {m["directory"] for m in left})
             partitions.update(restored)
             manifest = manifest.with_costs(manifest.durations, markers_restored=restored,
                                            **({"markers_left_withdrawn": left} if left else {}))
@@ -313,26 +323,8 @@ class WriteMarkers(Stage[Committed, dict[str, Any]]):
             version = (manifest.table or {}).get("version", (manifest.table or {}).get("snapshot_id"))
             others = self.scope.table.files_at(version)
         retained = write_markers(self.scope.store, manifest, partitions=partitions, encoded=committed.encoded,
-                                 others=others)
+                                 others=others, root=not held)
         return manifest.with_costs(manifest.durations, retained_files=retained).to_doc()
-
-
-def restorable(scope: Job, dirs: Sequence[str]) -> tuple[list[str], list[dict[str, str]]]:
-    """Of the partitions whose markers a commit withdrew and gives back, those it may write now, and the others
-    with why: a marker written where another job of this provider is publishing would list that directory without
-    the job's later files, and an append, or a v2 job, writes no partition marker to put that right."""
-    committing, everywhere = markers_changing(scope.store, besides=scope.job_id)
-    restored: list[str] = []
-    left: list[dict[str, str]] = []
-    for d in sorted(dirs):
-        if d in committing:
-            left.append({"directory": d, "why": "a job commit of this provider under way changes this partition "
-                                                "(its plan withdrew the marker)"})
-        elif everywhere is not None:
-            left.append({"directory": d, "why": everywhere})
-        else:
-            restored.append(d)
-    return restored, left
 
 
 class Cleanup(Stage[dict[str, Any], dict[str, Any]]):

@@ -17,7 +17,7 @@ partition and whose job commit deletes the inputs and publishes the merged files
    else withdraws the markers, deletes the inputs, *then* moves the merged files in (``replace_first``: they
    hold the same rows, so this order means a reader never sees a row twice), then writes the markers: the
    root's, and each partition's it withdrew (the commit plan names those that existed), unless another job of
-   this provider is changing that partition (:func:`~..jobcommit.stages.restorable`).
+   this provider is changing that partition (:class:`~..jobcommit.stages.WriteMarkers`).
 6. **Release** the claims.
 
 A refusal (at 2; because an input changed: at 2, 4 or 5; or because the files of a group do not merge, at 4)

@@ -161,7 +161,8 @@ def _write_back(store: Store, plan: DedupPlan, bases: Mapping[str, bytes], gone:
     """Write the markers back without the deleted files (each only if it then describes its directory), the root
     last; returns what happened to each."""
     done = []
-    committing, everywhere = markers_changing(store)
+    changing = markers_changing(store)
+    committing, everywhere = changing.dirs, changing.everywhere
     listing = dict(store.list_files("", visible_only=True))
     for d in sorted(plan.withdraw, key=lambda p: (-p.count("/") if p else 1, p)):  # the root last
         current = _read_marker(store, d)  # written by a job that committed after the withdrawal

@@ -133,8 +133,10 @@ def withdraw_markers(store: Store, dirs: Iterable[str]) -> None:
 
 def write_markers(store: Store, manifest: SuccessManifest, *, partitions: Iterable[str] = (),
                   encoded: Mapping[str, records.Encoded] | None = None,
-                  others: Mapping[str, int] | None = None) -> int:
-    """Write the markers of a committed job, the root one last; returns how many files the root's retains.
+                  others: Mapping[str, int] | None = None, root: bool = True) -> int:
+    """Write the markers of a committed job, the root one last (none with *root* false: another job's
+    uncommitted files are visible, :class:`~..jobcommit.stages.WriteMarkers`); returns how many files the root's
+    retains.
 
     Each lists the job's files under its directory and, as ``retained``, the other visible files there now. Each
     directory of *partitions* gets its own marker first: the partitions a dynamic job wrote (downstream DAGs wait
@@ -152,6 +154,8 @@ def write_markers(store: Store, manifest: SuccessManifest, *, partitions: Iterab
     parts = set(partitions) - {""}
     if parts:
         _write_partition_markers(store, body, file_list, visible, parts)
+    if not root:
+        return 0
     retained = [{"path": p, "size": visible[p]} for p in sorted(visible)]
     body["diagnostics"] = {**body["diagnostics"], "retained_files": len(retained)}
     store.write_bytes(SUCCESS, records.dumps("success", body, files=encoded["files"],

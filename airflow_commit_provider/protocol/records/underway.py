@@ -7,10 +7,14 @@ the directory without that job's later files, and stay so where that job writes 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ..errors import CorruptRecord
 from ..layout import TEMPORARY, JobLayout
 from ..stores import Store
 from .job import CommitPlan, JobRecord
+from .success import marker_dirs_above
+from .task import TaskCommitRecord
 
 
 def job_dirs(store: Store) -> dict[str, JobRecord | None]:
@@ -20,15 +24,33 @@ def job_dirs(store: Store) -> dict[str, JobRecord | None]:
             for name in store.list_dir(TEMPORARY) if not name.startswith("_")}
 
 
-def markers_changing(store: Store, *, besides: str | None = None) -> tuple[set[str], str | None]:
-    """Where this provider's jobs that have not committed (but job *besides*, the caller's own) change markers:
-    the directories a job commit under way withdrew (its plan names them), and whether some job may change them
-    everywhere: why, else ``None``. So may a v2 job in its write stage (its task commits withdraw markers and
-    publish at any moment), and a job whose record or commit plan cannot be read (where it changes markers is
-    unknown). The caller has already changed the target when it asks: another job's damaged record must not stop
-    it half way, only keep it from writing markers back."""
+class Changing(NamedTuple):
+    """Where this provider's other jobs that have not committed change markers (:func:`markers_changing`)."""
+
+    #: the directories a job commit under way withdrew (its plan names them): it writes their markers last
+    dirs: set[str]
+    #: why some job may change markers anywhere (no partition marker may be given back), else ``None``
+    everywhere: str | None
+    #: why files another job has not committed are visible now, else ``None``: no marker above them may be
+    #: written (it would vouch for them)
+    uncommitted: str | None
+    #: the directories above those files, the root included (empty when there are none)
+    uncommitted_dirs: set[str]
+    #: job -> generation (job uuid) of each job commit under way (a plan is fixed)
+    committing: dict[str, str]
+
+
+def markers_changing(store: Store, *, besides: str | None = None) -> Changing:
+    """Where this provider's jobs that have not committed (but job *besides*, the caller's own) change markers.
+    A v2 job whose files are visible uncommitted (:func:`uncommitted_files`) changes them anywhere at any moment
+    (its task commits withdraw markers and publish); so does, as far as anyone can tell, a job whose record or
+    commit plan cannot be read. The caller has already changed the target when it asks: another job's damaged
+    record must not stop it half way, only keep it from writing markers back."""
     dirs: set[str] = set()
-    everywhere = None
+    everywhere = uncommitted = None
+    shown: set[str] = set()
+    committing: dict[str, str] = {}
+    visible: list[set[str]] = []   # listed once, when a v2 job first needs it
     for name in store.list_dir(TEMPORARY):
         if name.startswith("_") or name == besides:
             continue
@@ -36,15 +58,40 @@ def markers_changing(store: Store, *, besides: str | None = None) -> tuple[set[s
         try:
             job = JobRecord.read(store, layout.job_record)
             commit = None if job is None else CommitPlan.read(store, layout.plan(job.job_uuid))
+            if job is not None and commit is None and job.algorithm == 2:
+                if not visible:
+                    visible.append(set(store.visible_names()))
+                files = uncommitted_files(store, layout, job, visible[0])
+                if files and uncommitted is None:
+                    uncommitted = (f"job {name} (v2) has not committed, and files of its task commits are visible: "
+                                   "its job commit writes the markers (its abort writes the last commit's root "
+                                   "marker back)")
+                shown |= files
         except CorruptRecord as exc:
-            everywhere = f"the records of job {name} cannot be read ({exc}): where it changes markers is unknown"
+            everywhere = everywhere or f"the records of job {name} cannot be read ({exc}): where it changes " \
+                                       "markers is unknown"
             continue
-        if commit is not None:
+        if commit is not None and job is not None:
             dirs.update(commit.withdraw)
-        elif job is not None and job.algorithm == 2 and everywhere is None:
-            everywhere = (f"job {name} (v2) has not committed: its task commits change directories at any moment, "
-                          "its job commit writes the markers")
-    return dirs, everywhere
+            committing[name] = job.job_uuid
+    return Changing(dirs, everywhere or uncommitted, uncommitted, marker_dirs_above(shown) if shown else set(),
+                    committing)
 
 
-__all__ = ["job_dirs", "markers_changing"]
+def uncommitted_files(store: Store, layout: JobLayout, job: JobRecord, visible: set[str]) -> set[str]:
+    """The files of v2 job *job* (uncommitted) among the *visible* ones: those its task commit records list, and
+    those named with its generation (a teardown that died between a record and its files leaves some without a
+    record). A v2 job with none (set up, or its teardown withdrew them) changes no directory until its next task
+    commit, which withdraws the markers above its files before they appear."""
+    files = {p for p in visible if job.job_uuid in p.rsplit("/", 1)[-1]}
+    for app in store.list_dir(layout.job_dir):
+        if app.isdigit():
+            for name in store.list_dir(layout.commits_dir(int(app))):
+                if name.startswith("task_") and name.endswith(".json"):
+                    rec = TaskCommitRecord.read(store, f"{layout.commits_dir(int(app))}/{name}")
+                    if rec is not None and rec.job_uuid == job.job_uuid:
+                        files |= {f.path for f in rec.files if f.path in visible}
+    return files
+
+
+__all__ = ["Changing", "job_dirs", "markers_changing", "uncommitted_files"]
