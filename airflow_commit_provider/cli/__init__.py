@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
         lines = [f"{m['path']}: {'valid' if m['valid'] else 'INVALID: ' + str(m['problem'])}"
                  for m in result["markers"]]
         if not result["markers"]:
-            lines.append(f"no _SUCCESS under {result['output']}: no job has committed there")
+            lines.append(f"no _SUCCESS under {result['output']}: {result['no_marker']}")
         return (OK if result["ok"] else FOUND_PROBLEM), result, lines
     if args.command == "abort":
         if args.job not in targets.job_ids(store):
@@ -103,7 +104,11 @@ def run(args: argparse.Namespace) -> tuple[int, Any, list[str]]:
             if refusal:
                 raise Refused(refusal)
         result = targets.abort(store, args.job, purge=args.purge)
-        how = "purged" if result.get("purged") else "aborted (committed tasks kept for a clear of the run)"
+        kept = result.get("kept_committed_tasks") or []
+        how = "purged" if result.get("purged") else (
+            f"aborted ({len(kept)} committed task(s) kept for a clear of the run: {', '.join(map(str, kept[:20]))}"
+            f"{' ...' if len(kept) > 20 else ''})" if kept else
+            "aborted (no committed task kept: a clear of the run runs every task again)")
         verdict = how if result.get("aborted") else f"left alone: the job is {result.get('state')}"
         return OK, result, [f"job {args.job}: {verdict}"]
     plan = targets.collect(store, apply=args.apply)
@@ -127,6 +132,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Standard output carries the answer alone (``--json | jq`` works): Airflow's and boto's log lines, which
     # Airflow's logging prints to standard output, go to standard error with the rest of the diagnostics.
     sys.stdout.flush()
+    # the Azure SDK logs each request and response at INFO (hundreds of lines for one inspect): the one line
+    # that says what happened would drown in them
+    logging.getLogger("azure").setLevel(logging.WARNING)
     saved = os.dup(1)
     os.dup2(2, 1)
     try:

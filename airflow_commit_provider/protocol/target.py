@@ -20,7 +20,9 @@ from .errors import CorruptRecord, InvalidOutputSpec
 from .job import Job
 from .layout import CLAIMS, COMMITS, SUCCESS, TEMPORARY, TRASH, JobLayout, is_job_id
 from .records.job import CommitLog, JobRecord
+from .records.lastcommit import last_commit
 from .records.success import parse_marker, files_under, listing_mismatch
+from .records.underway import markers_changing
 from .status import JobStatus
 from .stores import Store
 
@@ -126,8 +128,9 @@ def inspect(store: Store) -> dict[str, Any]:
             jobs.append(describe_job(store, job_id))
         except (CorruptRecord, InvalidOutputSpec) as exc:
             jobs.append({"job_id": job_id, "state": "unreadable", "problem": str(exc), "collectable": False})
-    return {"output": store.url(), "markers": markers(store), "jobs": jobs,
-            "claimed_inputs": len(store.list_dir(CLAIMS)), "trash_entries": len(store.list_dir(TRASH))}
+    found = markers(store)
+    return {"output": store.url(), "markers": found, **({} if found else {"no_marker": no_marker(store)}),
+            "jobs": jobs, "claimed_inputs": len(store.list_dir(CLAIMS)), "trash_entries": len(store.list_dir(TRASH))}
 
 
 def abort(store: Store, job_id: str, *, purge: bool = False) -> dict[str, Any]:
@@ -174,9 +177,33 @@ def remove_orphan(store: Store, job_id: str) -> dict[str, Any]:
 
 
 def verify(store: Store) -> dict[str, Any]:
-    """Whether every marker under the target tells the truth; ``ok`` is false when there is none."""
+    """Whether every marker under the target tells the truth; ``ok`` is false when there is none (then
+    ``no_marker``: why, and what writes one)."""
     found = markers(store)
-    return {"output": store.url(), "ok": bool(found) and all(m["valid"] for m in found), "markers": found}
+    return {"output": store.url(), "ok": bool(found) and all(m["valid"] for m in found), "markers": found,
+            **({} if found else {"no_marker": no_marker(store)})}
+
+
+def no_marker(store: Store) -> str:
+    """Why the target has no root ``_SUCCESS``, for a person: a job commit under way (or stopped) withdrew it,
+    another job's uncommitted files are visible, a change since the last commit withdrew it, or nothing ever
+    committed there; and what writes one."""
+    changing = markers_changing(store)
+    if "" in changing.dirs:
+        return ("a job commit under way withdrew it (or stopped before writing it again): a retry of that job's "
+                "commit task, or a clear of it, finishes the commit and writes it; `inspect` names the job "
+                "(committing)")
+    if changing.uncommitted is not None:
+        return changing.uncommitted
+    try:
+        last = last_commit(store)
+    except CorruptRecord as exc:
+        return f"which job committed there last is unknown: {exc}"
+    if last is None:
+        return "no job of this provider has committed there"
+    m = last[1].manifest
+    return (f"job {m['job_id']} committed there last (generation {m.get('generation')}, finished {m['finished']}); "
+            "a change since withdrew its marker, and the next commit writes one")
 
 
 def summary_lines(found: Mapping[str, Any], gc_command: str) -> list[str]:
@@ -184,7 +211,7 @@ def summary_lines(found: Mapping[str, Any], gc_command: str) -> list[str]:
     reaches the target, as the caller was given it)."""
     lines = [f"target {found['output']}"]
     if not found["markers"]:
-        lines.append("  no _SUCCESS: nothing committed here is visible as a whole")
+        lines.append(f"  no _SUCCESS: {found['no_marker']}")
     for m in found["markers"]:
         verdict = "valid" if m["valid"] else f"INVALID: {m['problem']}"
         lines.append(f"  {m['path']}: job {m.get('job_id')} generation {m.get('generation')}, {m.get('files')} "
@@ -196,6 +223,9 @@ def summary_lines(found: Mapping[str, Any], gc_command: str) -> list[str]:
         if j.get("algorithm") is not None:
             head += f", algorithm {j['algorithm']}, mode {j['mode']}"
         lines.append(head)
+        if j["state"] == "committing":
+            lines.append("    its job commit fixed its plan and has not finished: a retry of its commit task, or a "
+                         "clear of that task, finishes it (gc and abort leave it alone)")
         labels = j.get("labels") or {}
         if labels.get("dag_id"):
             lines.append(f"    dag {labels['dag_id']} run {labels.get('run_id')}")
@@ -225,5 +255,5 @@ def summary_lines(found: Mapping[str, Any], gc_command: str) -> list[str]:
     return lines
 
 
-__all__ = ["abort", "collect", "describe_job", "inspect", "job_ids", "job_scope", "markers", "remove_orphan",
-           "summary_lines", "verify"]
+__all__ = ["abort", "collect", "describe_job", "inspect", "job_ids", "job_scope", "markers", "no_marker",
+           "remove_orphan", "summary_lines", "verify"]

@@ -127,6 +127,18 @@ def test_abort_keeps_committed_tasks_for_a_clear_and_purge_removes_them(target):
     assert sorted(pq.read_table(target).column("x").to_pylist()) == [0, 1, 2]
 
 
+def test_abort_says_what_it_kept(target):
+    """Found from outside (session 19): ``abort --job`` of a v2 job said its committed tasks were kept for a clear
+    when its teardown had withdrawn them (v2's commits are visible: a teardown keeps none)."""
+    assert cli("abort", str(target), "--job", "running").stdout.strip() == \
+        "job running: aborted (1 committed task(s) kept for a clear of the run: 1)"
+    v2 = FileOutputCommitter(str(target), "v2job", algorithm=2, mode="append")
+    v2.setup_job()
+    write(v2, 0, 30)
+    assert cli("abort", str(target), "--job", "v2job").stdout.strip() == \
+        "job v2job: aborted (no committed task kept: a clear of the run runs every task again)"
+
+
 def test_refusals_name_the_problem_and_the_way_on(target):
     done = cli("abort", str(target), "--job", "nosuchjob", expect=2)
     assert "no job 'nosuchjob'" in done.stderr and "airflow-commit inspect" in done.stderr
@@ -198,3 +210,31 @@ def test_abort_of_a_dag_runs_job_when_airflow_cannot_be_asked_is_refused_until_f
                            text=True, timeout=300, env=env)
     assert again.returncode == 0 and "purged" in again.stdout, again
     assert not (root / "_temporary").exists()
+
+
+def test_no_marker_is_explained_with_what_writes_one(tmp_path):
+    """Found from outside (session 19): with a job commit stopped after its plan, ``verify`` said that no job had
+    committed there (one had) and ``inspect`` listed the job ``committing`` without saying what finishes it."""
+    from airflow_commit_provider.protocol import faults
+
+    root = tmp_path / "out"
+    assert "no job of this provider has committed there" in cli("verify", str(root), expect=1).stdout
+    first = FileOutputCommitter(str(root), "first", algorithm=1, mode="append")
+    first.setup_job()
+    write(first, 0, 1)
+    first.commit_job(1)
+    second = FileOutputCommitter(str(root), "second", algorithm=1, mode="append")
+    second.setup_job()
+    write(second, 0, 2)
+    faults.arm("commit_job.after_commit_log", "raise")   # killed between its commit log and its markers
+    with pytest.raises(faults.InjectedFault):
+        second.commit_job(1)
+    faults.disarm()
+    said = cli("verify", str(root), expect=1).stdout
+    assert "a job commit under way withdrew it" in said and "a retry of that job's commit task" in said, said
+    assert "its job commit fixed its plan and has not finished: a retry of its commit task" in \
+        cli("inspect", str(root)).stdout
+    second.commit_job(1)   # what it said: the commit task's retry
+    assert as_json("verify", str(root))["ok"]
+    (root / "_SUCCESS").unlink()   # some change since withdrew it
+    assert "job second committed there last (generation 0" in cli("verify", str(root), expect=1).stdout

@@ -10,6 +10,7 @@ from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..errors import InvalidOutputSpec
 from ..paths import by_directory, is_hidden
 from .copying import CopyPublishing
 from .generic import FsspecStore
@@ -81,6 +82,11 @@ class FsspecObjectStore(CopyPublishing, FsspecStore):
             found = self.fs.find(base, detail=True, withdirs=False)
         except FileNotFoundError:
             return []
+        if not isinstance(found, dict):
+            # adlfs: the name is also a blob (a 0-byte one other tools leave for a folder), and it returns that
+            # blob's name alone, not what lies below: say so, as the set-up does, rather than list nothing
+            raise InvalidOutputSpec(f"{self.url(rel)} is a file, not a directory (a blob of that very name hides "
+                                    "what lies below it from listings): remove or rename that blob")
         prefix = base + "/"
         out = []
         for path, info in found.items():
