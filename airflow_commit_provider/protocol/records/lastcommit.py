@@ -32,9 +32,9 @@ def last_commit(store: Store) -> tuple[str, CommitLog] | None:
     found = []
     for name in store.list_dir(COMMITS):
         if name.endswith(".json") and is_job_id(name[:-5]):
-            log = CommitLog.read(store, f"{COMMITS}/{name}")
-            if log is not None:
-                found.append((f"{COMMITS}/{name}", log))
+            entry = CommitLog.read(store, f"{COMMITS}/{name}")
+            if entry is not None:
+                found.append((f"{COMMITS}/{name}", entry))
     return max(found, key=lambda item: item[1].manifest["finished"], default=None)
 
 

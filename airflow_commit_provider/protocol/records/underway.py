@@ -1,8 +1,10 @@
 """This provider's jobs under way on a target, as another job sees them from their records under ``_temporary``.
 
-A maintenance job that withdrew markers asks :func:`markers_changing` before it writes one back (a deduplication,
-a compaction giving back its partition markers): a marker written where another job is publishing would describe
-the directory without that job's later files, and stay so where that job writes no marker of its own.
+Whoever writes a marker asks :func:`markers_changing` first: a job commit (none above another job's uncommitted
+files: it would vouch for them), a v2 job's abort writing the last commit's root marker back
+(:mod:`.lastcommit`), a maintenance job giving back what it withdrew (a deduplication, a compaction's partition
+markers): a marker written where another job is publishing would describe the directory without that job's later
+files, and stay so where that job writes no marker of its own.
 """
 
 from __future__ import annotations
