@@ -14,6 +14,7 @@ import pytest
 
 from airflow_commit_provider.protocol import FileOutputCommitter, LocalStore, read_success_marker, run_task_attempt
 
+from ..support import resume, wait_stopped
 from . import scenario as sc
 
 TASKS = 6
@@ -177,23 +178,27 @@ def test_a_v2_teardown_that_died_between_a_record_and_its_files_holds_other_mark
     assert {r["job"] for r in sc.read_rows(root)} == {"x"}
 
 
+def _paused(statement: str, point: str) -> subprocess.Popen:
+    """*statement* (``C`` is ``FileOutputCommitter``, ``json`` imported) in a Python of its own, stopped
+    (SIGSTOP) at fault point *point*: a zombie at the worst moment, which the test resumes (``support.resume``)."""
+    code = f"import json; from airflow_commit_provider.protocol import FileOutputCommitter as C; {statement}"
+    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "COMMIT_PROVIDER_FAULTS": f"{point}=stop"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_stopped(proc)
+    return proc
+
+
 def test_a_paused_v2_teardown_writes_no_marker_over_the_clear_that_superseded_it(tmp_path):
     """Found from outside: a v2 teardown paused before writing the last commit's marker back, while the run's
     clear set up a new attempt whose task committed (visible, uncommitted), wrote the marker when it woke, listing
     that file, and only then stood down. It stands down first now."""
-    from ..support import resume, wait_stopped
-
     root = str(tmp_path / "out")
     _committed(root, "first")
     z = FileOutputCommitter(root, "z", algorithm=2, mode="append")
     z.setup_job()
     run_task_attempt(z, 0, 1, lambda w: w.write(_table("z-old", 0, "d1")))
-    code = ("from airflow_commit_provider.protocol import FileOutputCommitter as C; import json; "
-            f"print(json.dumps(C({root!r}, 'z', algorithm=2, mode='append').abort_job(keep_committed=True)))")
-    env = {**os.environ, "COMMIT_PROVIDER_FAULTS": "abort_job.after_uploads=stop"}
-    teardown = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-    wait_stopped(teardown)
+    teardown = _paused(f"print(json.dumps(C({root!r}, 'z', algorithm=2, mode='append')"
+                       ".abort_job(keep_committed=True)))", "abort_job.after_uploads")
     clear = FileOutputCommitter(root, "z", algorithm=2, mode="append")
     clear.setup_job()
     run_task_attempt(clear, 0, 2, lambda w: w.write(_table("z-new", 0, "d1")))
@@ -211,8 +216,6 @@ def test_a_v2_abort_between_a_held_back_commit_and_its_cleanup_writes_that_commi
     between its markers and its cleanup, left the marker to x (its plan was still there), which had decided to
     write none: both ended, x's data committed, no marker for good. The abort leaves it only to a job commit
     that has not written its commit log yet."""
-    from ..support import resume, wait_stopped
-
     root = str(tmp_path / "out")
     _committed(root, "first")
     z = FileOutputCommitter(root, "z", algorithm=2, mode="append")
@@ -221,12 +224,8 @@ def test_a_v2_abort_between_a_held_back_commit_and_its_cleanup_writes_that_commi
     x = FileOutputCommitter(root, "x", algorithm=1, mode="append")
     x.setup_job()
     run_task_attempt(x, 0, 1, lambda w: w.write(_table("x", 0, "d0")))
-    code = ("from airflow_commit_provider.protocol import FileOutputCommitter as C; "
-            f"C({root!r}, 'x', algorithm=1, mode='append').commit_job(1)")
-    env = {**os.environ, "COMMIT_PROVIDER_FAULTS": "commit_job.after_success=stop"}
-    commit = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
-    wait_stopped(commit)   # x's markers stage done (held back), its cleanup not yet
+    # x's markers stage done (held back), its cleanup not yet
+    commit = _paused(f"C({root!r}, 'x', algorithm=1, mode='append').commit_job(1)", "commit_job.after_success")
     assert not os.path.exists(os.path.join(root, "_SUCCESS"))
     z.abort_job(keep_committed=end == "teardown")
     rc, _, err = resume(commit)
