@@ -22,11 +22,22 @@ def run_code(code: str, **env: str) -> subprocess.CompletedProcess:
                           timeout=600, env={**os.environ, "PYTHONPATH": str(REPO), **env})
 
 
+_PRELUDE = """import os, sys
+def report(state):
+    sys.stdout.flush()
+    os.write(1, f"STATE {state}\\n".encode())
+"""
+
+
 def run_dags(module: str, runs: str, events_file: Path, **env: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    """*runs* (Python lines using *module*, a module of the test DAGs, each printing ``STATE <state>``) in a process
-    whose OpenLineage events go to *events_file* through the file transport; the process and the events."""
+    """*runs* (Python lines using *module*, a module of the test DAGs, each reporting a run with ``report(state)``,
+    which prints ``STATE <state>``) in a process whose OpenLineage events go to *events_file* through the file
+    transport; the process and the events.
+
+    ``report`` writes its line in one system call: ``print("STATE", state)`` writes its pieces one by one, and the
+    OpenLineage client's thread logging to the same stdout landed between them in one CI run."""
     events_file.unlink(missing_ok=True)
-    proc = run_code(f"import sys\nsys.path.insert(0, {str(DAGS_FOLDER)!r})\nimport {module}\n{textwrap.dedent(runs)}",
+    proc = run_code(f"{_PRELUDE}sys.path.insert(0, {str(DAGS_FOLDER)!r})\nimport {module}\n{textwrap.dedent(runs)}",
                     AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps({"type": "file", "log_file_path": str(events_file),
                                                                  "append": True}),
                     AIRFLOW__OPENLINEAGE__NAMESPACE="commit-tests", **env)

@@ -202,7 +202,7 @@ def test_hand_wired_sharded_and_keyed_stages_are_audited_and_report_data_quality
         from datetime import datetime, timezone
         for day in (1, 2):
             when = datetime(2024, 6, day, tzinfo=timezone.utc)
-            print("STATE", audit_test_dags.audit_styles.test(logical_date=when, run_after=when).state)
+            report(audit_test_dags.audit_styles.test(logical_date=when, run_after=when).state)
     """
     proc, events = run_dags("audit_test_dags", runs, TEST_WORK / "openlineage-audit.jsonl")
     assert proc.stdout.count("STATE success") == 2, proc.stdout[-3000:] + proc.stderr[-3000:]

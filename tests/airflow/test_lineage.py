@@ -37,7 +37,7 @@ def test_dataset_names_follow_the_openlineage_naming_spec():
 def test_commit_reports_its_output_through_a_real_transport(airflow_db):
     dag_id = "ct_overwrite_v1"
     target = TEST_ROOT / dag_id
-    proc, events = run_dags("commit_test_dags", f'print("STATE", commit_test_dags.{dag_id}.test().state)',
+    proc, events = run_dags("commit_test_dags", f'report(commit_test_dags.{dag_id}.test().state)',
                              TEST_WORK / "openlineage.jsonl",
                              COMMIT_PROVIDER_FAULTS="commit_job.after_withdraw=raise")
     assert "STATE success" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -70,7 +70,7 @@ def test_a_table_stage_reports_the_table_and_its_version(airflow_db):
     import deltalake
     from pyiceberg.catalog.sql import SqlCatalog
 
-    proc, events = run_dags("table_test_dags", 'print("STATE", table_test_dags.tbl_deploy.test().state)',
+    proc, events = run_dags("table_test_dags", 'report(table_test_dags.tbl_deploy.test().state)',
                              TEST_WORK / "openlineage-tables.jsonl", COMMIT_PROVIDER_FAULTS="table_commit.after=raise")
     assert "STATE success" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     root = TEST_ROOT / "tbl_deploy"
@@ -144,7 +144,7 @@ def test_a_rerun_that_replaced_its_own_generation_says_so(airflow_db):
         from datetime import datetime, timezone
         day = datetime(2024, 7, 1, tzinfo=timezone.utc)
         for _ in range(2):   # the run, then a clear of it after its success
-            print("STATE", commit_test_dags.{dag_id}.test(logical_date=day, run_after=day).state)
+            report(commit_test_dags.{dag_id}.test(logical_date=day, run_after=day).state)
         """, TEST_WORK / "openlineage-rerun.jsonl")
     assert proc.stdout.count("STATE success") == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     manifest = read_success_marker(str(target), verify_files=True)
@@ -178,7 +178,7 @@ def test_maintenance_reads_and_rewrites_its_target(airflow_db):
     root = TEST_ROOT / "ct_maintenance"
     shutil.rmtree(root, ignore_errors=True)
     ids = hive_output_with_a_duplicate(str(root))
-    proc, events = run_dags("commit_test_dags", 'print("STATE", commit_test_dags.ct_maintenance.test().state)',
+    proc, events = run_dags("commit_test_dags", 'report(commit_test_dags.ct_maintenance.test().state)',
                              TEST_WORK / "openlineage-maintenance.jsonl")
     assert "STATE success" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     want = ("file", str(root))

@@ -216,10 +216,12 @@ def test_plugin_in_the_oldest_airflows_api_server(venv):
 
 
 RUN_STAGES = r"""
-import runpy, sys
+import os, runpy, sys
 dags = runpy.run_path(sys.argv[1])
 for dag_id in sys.argv[2:]:
-    print("RUN_ID", dag_id, dags[dag_id].test().run_id)
+    run_id = dags[dag_id].test().run_id
+    sys.stdout.flush()
+    os.write(1, f"RUN_ID {dag_id} {run_id}\n".encode())   # one write: a logging thread cannot split the line
 """
 #: the runs the 3.1 UI shows: a mapped stage, an unmapped one, a DAG without a stage, and 1,000 tasks
 COMPAT_DAGS = ("ui_v1", "ui_unmapped", "ui_plain", "ui_big")

@@ -321,7 +321,7 @@ def test_openlineage_reports_each_commit_once_with_its_rows(request, airflow_db)
         _calls_log(case.dag_id).unlink(missing_ok=True)
         shutil.rmtree(TEST_ROOT / case.dag_id, ignore_errors=True)   # error mode: an earlier test's output
         _dag_of(case, target)
-    runs = "\n".join(f"import pairs_{c.dag_id} as m\nprint('STATE', m.dag.test(logical_date=datetime({DAY.year}, "
+    runs = "\n".join(f"import pairs_{c.dag_id} as m\nreport(m.dag.test(logical_date=datetime({DAY.year}, "
                      f"{DAY.month}, {DAY.day}, tzinfo=timezone.utc)).state)" for c in targets)
     proc, events = run_dags("datetime", f"from datetime import datetime, timezone\n{runs}",
                              TEST_WORK / "openlineage-pairs.jsonl")
@@ -595,9 +595,9 @@ def test_openlineage_of_a_failed_run_and_its_clear_reports_the_output_once(airfl
     # the flag in the DAG process's own work directory (importing the tests' conftest there makes another)
     runs = (f"from datetime import datetime, timezone\nimport pairs_{case.dag_id} as m\n"
             f"from tests.conftest import TEST_WORK\nflag = TEST_WORK / 'fail-{case.dag_id}'\nflag.touch()\n"
-            f"print('STATE', m.dag.test(logical_date={day}, run_after={day}).state)\n"
+            f"report(m.dag.test(logical_date={day}, run_after={day}).state)\n"
             "flag.unlink()\n"
-            f"print('STATE', m.dag.test(logical_date={day}, run_after={day}).state)\n")
+            f"report(m.dag.test(logical_date={day}, run_after={day}).state)\n")
     proc, events = run_dags("datetime", runs, TEST_WORK / "openlineage-clear.jsonl")
     assert proc.stdout.count("STATE failed") == 1 and proc.stdout.count("STATE success") == 1, \
         proc.stdout[-3000:] + proc.stderr[-3000:]
