@@ -31,6 +31,34 @@ log = logging.getLogger(__name__)
 SHARD_KWARGS = ("shard_index", "shards_per_task", "task_number")
 #: Shards run at once in one task instance unless ``shard_threads`` says otherwise.
 DEFAULT_SHARD_THREADS = 4
+#: How a task instance's shards commit (``shard_commit``): ``"each"`` (the default), each shard a protocol task of
+#: its own, committed and recovered alone; ``"together"``, the task instance one protocol task whose shards write
+#: side by side and commit in one record (:func:`run_shards_together`).
+SHARD_COMMITS = ("each", "together")
+
+
+def check_shard_commit(shard_commit: Any) -> str:
+    """*shard_commit*, validated; raises :class:`InvalidOutputSpec` saying what it may be."""
+    if shard_commit not in SHARD_COMMITS:
+        raise InvalidOutputSpec(f"shard_commit={shard_commit!r}: give 'each' (every shard committed and recovered "
+                                "alone: a retry runs only the shards that did not commit) or 'together' (a task "
+                                "instance's shards committed in one record: fewer requests per file, a retry runs "
+                                "every shard again)")
+    return shard_commit
+
+
+def tasks_per_instance(shards_per_task: int, shard_commit: str) -> int:
+    """Protocol tasks per write task instance: its shards, or one when they commit together."""
+    return shards_per_task if shard_commit == "each" else 1
+
+
+def shard_labels(shards_per_task: int, shard_commit: str) -> dict[str, int]:
+    """What the job record's labels say of the stage's shards (nothing for an unsharded stage, the shape every
+    earlier release wrote): ``shards_per_task`` numbers the protocol tasks (shards committed each alone), and
+    ``shards_in_task`` says how many shards one protocol task's files come from (committed together)."""
+    if shards_per_task == 1:
+        return {}
+    return {"shards_per_task" if shard_commit == "each" else "shards_in_task": shards_per_task}
 
 
 def check_shards(shards_per_task: Any, shard_threads: Any) -> tuple[int, int | None]:
@@ -59,18 +87,25 @@ def check_shard_callable(func: Callable[..., Any] | None, shards_per_task: int, 
                             f"and write that shard's part of the data")
 
 
-def check_job_shards(labels: Mapping[str, Any], shards_per_task: int, job_id: str, owner: str) -> None:
-    """Refuse a write whose ``shards_per_task`` differs from the one the job was set up with (its record's
-    *labels*; 1 when absent, as every unsharded and earlier job is): tasks are numbered by it, so a retry or a
-    re-run after the DAG changed it would find other task instances' shards committed under its task numbers and
-    "recover" them, and the job commit would then count the wrong tasks: rows silently lost or taken twice."""
-    recorded = labels.get("shards_per_task", 1)
-    if recorded != shards_per_task:
+def check_job_shards(labels: Mapping[str, Any], shards_per_task: int, shard_commit: str, job_id: str,
+                     owner: str) -> None:
+    """Refuse a write whose ``shards_per_task`` or ``shard_commit`` differs from what the job was set up with (its
+    record's *labels*, :func:`shard_labels`; nothing, as every unsharded and earlier job): tasks are numbered by
+    them, so a retry or a re-run after the DAG changed them would find other task instances' shards committed under
+    its task numbers and "recover" them, and the job commit would then count the wrong tasks: rows silently lost
+    or taken twice. A task instance whose shards commit together, recovered after its number of shards changed,
+    would pass for one that wrote every shard."""
+    recorded = {k: labels[k] for k in ("shards_per_task", "shards_in_task") if k in labels}
+    if recorded != shard_labels(shards_per_task, shard_commit):
+        was = recorded.get("shards_per_task") or recorded.get("shards_in_task") or 1
+        how = "together" if "shards_in_task" in recorded else "each"
         raise InvalidOutputSpec(
-            f"{owner}: job {job_id} was set up with shards_per_task={recorded}, this stage has shards_per_task="
-            f"{shards_per_task}. Its protocol tasks are numbered by it (map index x shards_per_task + shard), so "
-            "it cannot change within a job: restore shards_per_task, or start another job (a new run, or "
-            "another job_key)")
+            f"{owner}: job {job_id} was set up with shards_per_task={was}"
+            f"{f', shard_commit={how!r}' if was != 1 else ''}, this stage has shards_per_task={shards_per_task}"
+            f"{f', shard_commit={shard_commit!r}' if shards_per_task != 1 else ''}. Its protocol tasks are "
+            "numbered by them (map index x shards_per_task + shard, or the map index when shards commit together), "
+            "so they cannot change within a job: restore them, or start another job (a new run, or another "
+            "job_key)")
 
 
 def shard_tasks(map_index: int, shards_per_task: int) -> range:
@@ -138,37 +173,14 @@ def run_shards(committer: Callable[[], FileOutputCommitter], map_index: int, sha
     each of its shards was given (:func:`~..protocol.run_task_attempt`): when it changed, every shard runs again.
     """
     tasks = shard_tasks(map_index, shards_per_task)
-    workers = min(shards_per_task, threads or DEFAULT_SHARD_THREADS)
 
     def one(task: int) -> TaskOutcome:
         shard = task - tasks.start
         return run_task_attempt(committer(), task, attempt, lambda writer: produce(shard, task, writer),
                                 compression=compression, max_rows_per_file=max_rows_per_file, inputs=inputs)
 
-    results: dict[int, TaskOutcome] = {}
-    failed: dict[int, BaseException] = {}
-
-    def settle(task: int, call: Callable[[], TaskOutcome]) -> None:
-        try:
-            results[task] = call()
-        except Exception as exc:   # the shard's attempt is aborted already (run_task_attempt); the others go on
-            log.error("shard %s (task %s) attempt %s failed: %s: %s", task - tasks.start, task, attempt,
-                      type(exc).__name__, exc)
-            failed[task] = exc
-
-    if workers == 1:
-        for task in tasks:
-            settle(task, lambda task=task: one(task))
-    else:
-        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"shard-{map_index}")
-        try:
-            futures = {task: pool.submit(one, task) for task in tasks}
-            for task, future in futures.items():
-                settle(task, future.result)
-        except BaseException:   # Airflow's timeout, a signal: the shards not started yet are not started
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        pool.shutdown()
+    results, failed = _in_pool(tasks, one, threads, f"task instance {map_index}", "task", attempt,
+                               stop_on_failure=False)
     outcomes = [results[t] for t in tasks if t in results]
     if failed:
         # no retry cures a fatal error of one shard, whatever the others' errors are
@@ -177,3 +189,76 @@ def run_shards(committer: Callable[[], FileOutputCommitter], map_index: int, sha
             raise first
         raise ShardsFailed(failed, outcomes) from first
     return ShardsOutcome(map_index, shards_per_task, attempt, outcomes)
+
+
+def run_shards_together(committer: FileOutputCommitter, map_index: int, shards_per_task: int, attempt: int,
+                        produce: ShardProduce, *, threads: int | None = None, compression: str = "snappy",
+                        max_rows_per_file: int | None = None, inputs: str | None = None) -> TaskOutcome:
+    """Attempt *attempt* of task instance *map_index* as **one** protocol task (task number *map_index*) whose
+    files its *shards_per_task* shards write side by side (``shard_commit="together"``), at most *threads* at once.
+
+    Each shard writes through a part of the attempt's writer (:meth:`~..protocol.TaskAttemptWriter.part`: names
+    ``part-<map index>-<uuid>-s<shard>-c<n>``); once every shard has closed its part the attempt commits them in
+    one task commit: one record, one claim, one recovery for the task instance. That is what makes the requests
+    per file approach the data's own (the per-task reads, claim, record and job commit read are paid once per task
+    instance, not once per shard); the price is that a try that fails in one shard writes every shard again. The
+    first failure stops the shards not started yet and is raised itself, after the attempt is aborted.
+    *produce(shard_index, task_number, writer)* as for :func:`run_shards`: *task_number* (``map_index * N +
+    shard``) still tells the shards of the whole stage apart, although only *map_index* is a protocol task.
+    """
+    shards = range(shards_per_task)
+
+    def write(writer: TaskAttemptWriter) -> None:
+        parts = [writer.part(shard) for shard in shards]
+
+        def one(shard: int) -> None:
+            with parts[shard]:
+                produce(shard, map_index * shards_per_task + shard, parts[shard])
+
+        _results, failed = _in_pool(shards, one, threads, f"task instance {map_index}", "shard", attempt,
+                                    stop_on_failure=True)
+        if failed:
+            raise failed[min(failed)]
+        writer.adopt(parts)
+
+    return run_task_attempt(committer, map_index, attempt, write, compression=compression,
+                            max_rows_per_file=max_rows_per_file, inputs=inputs)
+
+
+def _in_pool(items: range, call: Callable[[int], Any], threads: int | None, name: str, item_name: str,
+             attempt: int, *, stop_on_failure: bool) -> tuple[dict[int, Any], dict[int, BaseException]]:
+    """``call(item)`` for every item, at most *threads* at once (``min(len(items), DEFAULT_SHARD_THREADS)`` by
+    default; 1: in order in this thread): the results and the exceptions, by item. *stop_on_failure*: the items
+    not started yet are not started once one failed. An interruption (Airflow's timeout, a signal) cancels the
+    items not started and propagates."""
+    workers = min(len(items), threads or DEFAULT_SHARD_THREADS)
+    results: dict[int, Any] = {}
+    failed: dict[int, BaseException] = {}
+
+    def settle(item: int, result: Callable[[], Any]) -> None:
+        try:
+            results[item] = result()
+        except Exception as exc:   # a shard's attempt is aborted already (run_task_attempt); the others go on
+            log.error("%s: %s %s attempt %s failed: %s: %s", name, item_name, item, attempt, type(exc).__name__,
+                      exc)
+            failed[item] = exc
+
+    if workers == 1:
+        for item in items:
+            if failed and stop_on_failure:
+                break
+            settle(item, lambda item=item: call(item))
+        return results, failed
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name.replace(" ", "-"))
+    try:
+        futures = {item: pool.submit(call, item) for item in items}
+        for item, future in futures.items():
+            settle(item, future.result)
+            if failed and stop_on_failure:
+                pool.shutdown(wait=True, cancel_futures=True)
+                break
+    except BaseException:   # Airflow's timeout, a signal: the shards not started yet are not started
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return results, failed

@@ -1,7 +1,8 @@
 """Write task instances of several shards each (``operators/shards.py``), run by real worker processes.
 
 Run as ``python -m tests.protocol.shard_scenario JSON``: one try of one task instance (``cfg["map_index"]``,
-``cfg["attempt"]``) in its own process, so a fault armed through ``COMMIT_PROVIDER_FAULTS`` kills or pauses a real
+``cfg["attempt"]``; with ``cfg["shard_commit"] == "together"`` its shards commit as one protocol task) in its own
+process, so a fault armed through ``COMMIT_PROVIDER_FAULTS`` kills or pauses a real
 process between one shard's commit and the next. The same functions run in-process for the retries.
 
 The job is :mod:`.scenario`'s (same committer, same rows): shard ``s`` of task instance ``i`` is protocol task
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from airflow_commit_provider.operators.shards import run_shards
+from airflow_commit_provider.operators.shards import run_shards, run_shards_together
 from airflow_commit_provider.protocol import faults
 
 from . import scenario as sc
@@ -34,6 +35,9 @@ def run_instance(cfg: dict[str, Any], map_index: int, attempt: int) -> dict[str,
         if task in cfg.get("fail_tasks", ()) and attempt in cfg.get("fail_attempts", (attempt,)):
             raise RuntimeError(f"user code of task {task} attempt {attempt} failed")
 
+    if cfg.get("shard_commit") == "together":   # the task instance is one protocol task
+        return run_shards_together(sc.committer(cfg), map_index, cfg["shards"], attempt, produce,
+                                   threads=cfg.get("shard_threads", 1)).to_dict()
     return run_shards(lambda: sc.committer(cfg), map_index, cfg["shards"], attempt, produce,
                       threads=cfg.get("shard_threads", 1)).to_dict()
 

@@ -346,3 +346,27 @@ def test_an_audit_of_another_runs_application_attempt_is_refused_as_an_overlap(t
         run_audit(committer(root, owner=b).job, AUDIT, TASKS, 1)
     assert latest_audit(committer(root).job, committer(root).job.require_job().job_uuid) is None
     assert run_audit(committer(root, owner=a).job, AUDIT, TASKS, 1).passed
+
+
+def test_shards_committed_together_record_the_statistics_of_every_shard(tmp_path):
+    """A task instance whose 4 shards commit together (``shard_commit="together"``) records one task's statistics
+    merged from its shards' files (each shard's writer held its own footers): the same per partition, null count,
+    bounds and row count as the 4 tasks each shard would have been, and a check blames that one task."""
+    from airflow_commit_provider.operators.shards import run_shards_together
+
+    _c(tmp_path / "each")
+    separate = write_all(tmp_path / "each", lambda t: rows(t, null_at=1 if t == 2 else None, amount=float(t + 1)))
+    c = _c(tmp_path / "together")
+    run_shards_together(c, 0, TASKS, 1, lambda s, task, w: w.write(rows(
+        task, null_at=1 if task == 2 else None, amount=float(task + 1))), threads=TASKS)
+    [whole] = audited_records(c.job, c.job.require_job(), [0]).values()
+    parts = JobStats.from_records(audited_records(separate.job, separate.job.require_job(), range(TASKS)).values())
+    together = JobStats.from_records([whole])
+    assert together.summary()["rows"] == parts.summary()["rows"] == TASKS * 4
+    # amount = (task + 1) * i for rows i = 0..3, day d(i % 2); task 2's id is null at row 1 (day d1)
+    expected = {"day=d0": (0, 0.0, 8.0), "day=d1": (1, 1.0, 12.0)}
+    assert {p: (cols["id"][0], *cols["amount"][1:3]) for p, cols in whole.stats_doc["partitions"].items()} == \
+        expected
+    assert checks.NotNull("id").evaluate(together).blamed == (0,)
+    assert checks.Between("amount", 0, 10).evaluate(together).blamed == (0,)   # the 4th shard wrote 12.0
+    assert checks.Rows(min=16).evaluate(together).passed

@@ -19,7 +19,8 @@ import time
 
 import pytest
 
-from airflow_commit_provider.operators.shards import ShardsFailed, run_shards, shard_tasks, task_instance_of
+from airflow_commit_provider.operators.shards import (ShardsFailed, run_shards, run_shards_together, shard_tasks,
+                                                        task_instance_of)
 from airflow_commit_provider.protocol import InvalidOutputSpec, faults, read_success_marker
 from airflow_commit_provider.protocol.faults import FAULT_EXIT_CODE
 
@@ -191,3 +192,116 @@ def test_shards_in_a_pool_run_at_once(cfg):
     result = run_shards(lambda: sc.committer(cfg), 0, SHARDS, 1, produce, threads=SHARDS).to_dict()
     assert result["statuses"] == {"committed": SHARDS}
     faults.disarm()
+
+
+# ---------------------------------------------------------------- shard_commit="together": one task per instance
+def together(cfg: dict, **more) -> dict:
+    return {**cfg, "shard_commit": "together", "shard_threads": SHARDS, **more}
+
+
+def commit_together(cfg: dict) -> dict:
+    """The job commit of a stage whose shards committed together: one protocol task per task instance, and every
+    shard's rows (the ``task`` column is the shard's ``task_number``) once."""
+    manifest = sc.committer(cfg).commit_job(INSTANCES)
+    sc.assert_exactly_once(sc.read_rows(cfg["root"]), tasks=INSTANCES * SHARDS)
+    assert read_success_marker(cfg["root"], verify_files=True)["totals"]["tasks"] == INSTANCES
+    return manifest
+
+
+def test_shards_committed_together_are_one_task_whose_files_each_shard_wrote(cfg):
+    """Four shards in a pool of four (each waits at a barrier for the others: they write side by side), one task
+    commit per task instance: one record holding every shard's file, names ``part-<instance>-<uuid>-s<shard>-c000``
+    (the task's own prefix, which recovery and cleanup find a task's files by), and the job commit takes each row
+    once."""
+    import threading
+
+    cfg = together(cfg)
+    setup(cfg)
+    barrier = threading.Barrier(SHARDS, timeout=30)
+
+    def produce(shard, task, writer):
+        barrier.wait()
+        writer.write(sc.task_table(task, 1))
+
+    outcome = run_shards_together(sc.committer(cfg), 1, SHARDS, 1, produce, threads=SHARDS)
+    assert (outcome.status, outcome.task, outcome.files) == ("committed", 1, 2 * SHARDS)   # a file per day
+    record = sc.committer(cfg).recover_task(1)
+    names = sorted(f["path"].rsplit("/", 1)[-1] for f in record["files"])
+    assert sorted({n.split("-")[-2] for n in names}) == [f"s{s:03d}" for s in range(SHARDS)], names
+    assert len({n.rsplit("-s", 1)[0] for n in names}) == 1 and names[0].startswith("part-00001-")
+    ss.run_instance(cfg, 0, 1)
+    commit_together(cfg)
+
+
+def test_a_failed_shard_fails_the_whole_try_and_its_retry_writes_every_shard_again(cfg):
+    """Shard 1 of instance 0 fails its first try: the try commits nothing (its other shards' files are removed
+    with the attempt), the error is raised as itself, and the retry writes all four shards and commits them once."""
+    cfg = together(cfg, fail_tasks=[1], fail_attempts=[1])
+    setup(cfg)
+    with pytest.raises(RuntimeError, match="user code of task 1 attempt 1 failed"):
+        ss.run_instance(cfg, 0, 1)
+    assert ss.committed_tasks({**cfg, "shards": 1}) == set()
+    assert not [f for f in sc.all_files(cfg["root"]) if f.endswith(".parquet") and "/1/" in f.replace("_", "/")]
+    before = sc.calls(cfg)
+    result = ss.run_instance(cfg, 0, 2)
+    assert sc.calls(cfg) - before == {t: 1 for t in range(SHARDS)}
+    assert (result["status"], result["files"]) == ("committed", 2 * SHARDS)
+    ss.run_instance(cfg, 1, 1)
+    commit_together(cfg)
+    by_task = {r["task"]: r["attempt"] for r in sc.read_rows(cfg["root"])}
+    assert by_task == {**{t: 2 for t in range(SHARDS)}, **{t: 1 for t in range(SHARDS, 2 * SHARDS)}}
+
+
+@pytest.mark.parametrize("kill", ["kill", "exit"])
+def test_a_task_instance_killed_between_its_shards_files_is_written_whole_by_its_retry(cfg, kill):
+    """A worker process killed after its shards wrote 3 files (SIGKILL, ``os._exit``), before its one task commit:
+    nothing of it is committed; the retry recovers nothing, writes every shard again and the job commit holds each
+    row once, none of the killed try's."""
+    cfg = together(cfg, shard_threads=1)
+    setup(cfg)
+    proc = ss.spawn(cfg, 0, 1, f"writer.after_file={kill}@3")
+    assert proc.returncode == (-signal.SIGKILL if kill == "kill" else FAULT_EXIT_CODE), proc.stderr
+    assert ss.committed_tasks({**cfg, "shards": 1}) == set()
+    before = sc.calls(cfg)
+    ss.run_instance(cfg, 0, 2)
+    assert sc.calls(cfg) - before == {t: 1 for t in range(SHARDS)}
+    ss.run_instance(cfg, 1, 1)
+    commit_together(cfg)
+    assert {r["attempt"] for r in sc.read_rows(cfg["root"]) if r["task"] < SHARDS} == {2}
+    assert not os.path.exists(os.path.join(cfg["root"], "_temporary"))
+
+
+def test_a_committed_task_instance_is_recovered_whole_by_the_next_application_attempt(cfg):
+    """The run cleared after instance 0 committed (a new application attempt): instance 0 is recovered, no shard
+    of it runs again; instance 1 runs; each row once."""
+    cfg = together(cfg)
+    setup(cfg)
+    ss.run_instance(cfg, 0, 1)
+    setup(cfg)   # the clear: application attempt 1
+    before = sc.calls(cfg)
+    assert ss.run_instance(cfg, 0, 2)["status"] == "recovered"
+    ss.run_instance(cfg, 1, 2)
+    assert sc.calls(cfg) - before == {t: 1 for t in range(SHARDS, 2 * SHARDS)}
+    commit_together(cfg)
+
+
+@pytest.mark.parametrize("clash", ["name", "schema"])
+def test_shards_that_clash_are_refused_before_anything_commits(cfg, clash):
+    """Two shards of one task that wrote one name (one overwrote the other's file), or Parquet of two schemas,
+    make the try fail with InvalidOutputSpec naming it; nothing is committed."""
+    import pyarrow as pa
+
+    cfg = together(cfg, shard_threads=1)
+    setup(cfg)
+
+    def produce(shard, task, writer):
+        if clash == "name":
+            with writer.open_file("same.dat") as fh:
+                fh.write(b"x")
+        else:
+            writer.write(pa.table({"x": [1] if shard else ["a"], "day": ["d0"]}))
+
+    match = r"written by two parts \(shards\)" if clash == "name" else "wrote different schemas"
+    with pytest.raises(InvalidOutputSpec, match=match):
+        run_shards_together(sc.committer(cfg), 0, SHARDS, 1, produce, threads=1)
+    assert ss.committed_tasks({**cfg, "shards": 1}) == set()

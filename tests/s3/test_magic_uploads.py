@@ -317,3 +317,53 @@ def test_the_uploads_of_commits_refused_for_their_names_are_aborted_by_the_teard
     assert keys == expected
     if clash == "a visible file":
         assert client.get_object(Bucket=bucket, Key="out/taken.txt")["Body"].read() == b"someone else's"
+
+
+#: try *attempt* of task instance 0 whose 4 shards commit together, 4 threads, killed at its fault point
+_TOGETHER_TRY = textwrap.dedent("""
+    import sys
+    from airflow_commit_provider.operators.shards import run_shards_together
+    from airflow_commit_provider.protocol import make_committer
+    from tests.protocol import scenario as sc
+    root, attempt = sys.argv[1], int(sys.argv[2])
+    c = make_committer(root, "job", algorithm="magic", mode="append", partition_by=["day"], part_size=5 * 2**20)
+    out = run_shards_together(c, 0, 4, attempt, lambda s, task, w: w.write(sc.task_table(task, attempt)), threads=4)
+    print("outcome", out.status)
+""")
+
+
+def test_shards_committed_together_on_magic_leave_no_upload_of_a_failed_or_killed_try(bucket):
+    """``shard_commit="together"`` on S3's magic committer, 4 shards in 4 threads each with its own uploads:
+
+    - try 1 is killed (SIGKILL) after its shards closed 3 files: their uploads stay pending, found by the task's
+      name prefix (every shard's names begin with it) and aborted by try 2's fencing;
+    - try 2 fails in shard 2 (a transient error): its own abort takes every shard's uploads;
+    - try 3 commits the four shards in one record; the job commit completes them, and nothing is left pending."""
+    from airflow_commit_provider.operators.shards import run_shards_together
+
+    root = f"s3://{bucket}/together"
+    c = make(root)
+    c.setup_job()
+    uuid = c.job_record().job_uuid
+    proc = start(_TOGETHER_TRY, "writer.after_file=kill@3", root, "1")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == -signal.SIGKILL, err[-2000:]
+    assert len(job_uploads(bucket, uuid)) >= 3
+
+    def produce(attempt, failing=None):
+        def one(shard, task, writer):
+            writer.write(sc.task_table(task, attempt))
+            if shard == failing:
+                raise RuntimeError(f"shard {shard} failed")
+        return one
+
+    with pytest.raises(RuntimeError, match="shard 2 failed"):
+        run_shards_together(make(root), 0, 4, 2, produce(2, failing=2), threads=4)
+    assert job_uploads(bucket, uuid) == [], "the killed try's uploads (fenced) and the failed try's (aborted)"
+    out = run_shards_together(make(root), 0, 4, 3, produce(3), threads=4)
+    assert (out.status, out.files) == ("committed", 8)
+    make(root).commit_job(1)
+    rows = sc.read_rows(root)
+    sc.assert_exactly_once(rows, tasks=4)
+    assert {r["attempt"] for r in rows} == {3}
+    assert job_uploads(bucket, uuid) == []

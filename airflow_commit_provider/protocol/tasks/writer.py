@@ -7,7 +7,7 @@ across partitions, partition directories ``key=value`` (Hive), partition columns
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate
 from typing import IO, Any
 
@@ -36,9 +36,12 @@ class TaskAttemptWriter:
     """
 
     def __init__(self, target: Store | Any, attempt: TaskAttemptContext, *, partition_by: Iterable[str] = (),
-                 compression: str = "snappy", max_rows_per_file: int | None = None) -> None:
+                 compression: str = "snappy", max_rows_per_file: int | None = None,
+                 name_prefix: str | None = None) -> None:
         """*target* is the committer (whose ``open_task_file`` decides where bytes go: the attempt directory, or
-        a pending multipart upload for the magic committer) or, for plain file committers, its store."""
+        a pending multipart upload for the magic committer) or, for plain file committers, its store.
+        *name_prefix*: how default names begin (the attempt's :attr:`~.TaskAttemptContext.file_prefix`; a
+        :meth:`part` extends it)."""
         if compression not in _CODEC_SUFFIX:
             raise InvalidOutputSpec(f"unknown Parquet compression {compression!r}: use one of {sorted(_CODEC_SUFFIX)}")
         if max_rows_per_file is not None and max_rows_per_file < 1:
@@ -47,7 +50,9 @@ class TaskAttemptWriter:
             self._open_raw = lambda rel: target.open_task_file(attempt, rel)
         else:
             self._open_raw = lambda rel: target.open_write(f"{attempt.work_dir}/{rel}")
+        self._target = target
         self.attempt = attempt
+        self.name_prefix = attempt.file_prefix if name_prefix is None else name_prefix
         self.partition_by = tuple(partition_by)
         #: a table commit (:mod:`.tables`) derives partition values from the columns (Iceberg) and reads types
         #: from the files (Delta): the partition columns stay in the files
@@ -80,13 +85,49 @@ class TaskAttemptWriter:
     # ------------------------------------------------------------------ names
     def next_file_name(self, extension: str = "parquet") -> str:
         """The next Spark-style file name of this task: ``part-00003-<uuid>-c000.<extension>``."""
-        name = f"{self.attempt.file_prefix}c{self._counter:03d}.{extension}"
+        name = f"{self.name_prefix}c{self._counter:03d}.{extension}"
         self._counter += 1
         return name
 
     def _parquet_name(self) -> str:
         suffix = _CODEC_SUFFIX[self.compression]
         return self.next_file_name(f"{suffix}.parquet" if suffix else "parquet")
+
+    # ------------------------------------------------------------------ parts written side by side
+    def part(self, index: int) -> TaskAttemptWriter:
+        """A writer of this attempt for part *index* (a shard of a task instance whose shards commit together),
+        to be used from a thread of its own: its default names extend this writer's with ``s<index:03d>-``, so they
+        still begin with the task's prefix (which the protocol finds a task's files by) and no part writes
+        another's. Give every part back to :meth:`adopt` once they are closed."""
+        return TaskAttemptWriter(self._target, self.attempt, partition_by=self.partition_by,
+                                 compression=self.compression, max_rows_per_file=self.max_rows_per_file,
+                                 name_prefix=f"{self.name_prefix}s{index:03d}-")
+
+    def adopt(self, parts: Sequence[TaskAttemptWriter]) -> None:
+        """Take the closed *parts*' files, rows, sizes and statistics as this attempt's. Raises
+        :class:`InvalidOutputSpec`, before anything commits, when two parts wrote one name (one overwrote the
+        other's file) or their Parquet schemas differ (one task's files share one schema, as :meth:`write`
+        keeps them)."""
+        self._check_open()
+        for index, part in enumerate(parts):
+            if not part._closed:
+                raise InvalidOutputSpec(f"part {index} of this task attempt is still open")
+            twice = sorted(set(part.rows) & set(self.rows))
+            if twice:
+                raise InvalidOutputSpec(f"file(s) {twice[:3]} were written by two parts (shards) of one task "
+                                        "attempt: give each shard names of its own (or leave names to the writer)")
+            if part._schema is not None:
+                if self._schema is None:
+                    self._schema = part._schema
+                elif not part._schema.equals(self._schema):
+                    raise InvalidOutputSpec(f"the shards of one task attempt wrote different schemas: "
+                                            f"{part._schema} vs {self._schema}; cast them to one schema")
+            self.rows.update(part.rows)
+            self.sizes.update(part.sizes)
+        types = {f.name: str(f.type) for f in self._schema} if self._schema is not None else {}
+        for part in parts:
+            for where, columns in part._stats.items():
+                merge_into(self._stats.setdefault(where, {}), columns, types)
 
     # ------------------------------------------------------------------ arbitrary files
     def open_file(self, name: str | None = None, *, partition: dict[str, Any] | None = None,
