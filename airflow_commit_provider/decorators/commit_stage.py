@@ -168,7 +168,7 @@ def commit_stage_task(python_callable: Callable[..., Any] | None = None, *, targ
                       purge_on_failure: bool = False, write_retries: int | None = None,
                       write_kwargs: Mapping[str, Any] | None = None, outlets: Sequence[Any] = (),
                       durable: bool = True, job_key: str | None = None, shards_per_task: int = 1,
-                      shard_threads: int | None = None, table_format: str | None = None,
+                      shard_threads: int | None = None, shard_commit: str = "each", table_format: str | None = None,
                       table_name: str | None = None, catalog: Mapping[str, Any] | None = None,
                       catalog_conn_id: str | None = None, audit: Any = None) -> Any:
     """``@task.commit_stage(target=..., ...)``: the parameters of
@@ -182,7 +182,7 @@ def commit_stage_task(python_callable: Callable[..., Any] | None = None, *, targ
               "partition_by": partition_by, "commit_threads": commit_threads, "ensure_target": ensure_target,
               "purge_on_failure": purge_on_failure, "write_retries": write_retries, "write_kwargs": write_kwargs,
               "outlets": outlets, "durable": durable, "job_key": job_key, "shards_per_task": shards_per_task,
-              "shard_threads": shard_threads, "table_format": table_format,
+              "shard_threads": shard_threads, "shard_commit": shard_commit, "table_format": table_format,
               "table_name": table_name, "catalog": catalog, "catalog_conn_id": catalog_conn_id, "audit": audit}
 
     def decorate(function: Callable[..., Any]) -> CommitStageTask:

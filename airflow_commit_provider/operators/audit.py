@@ -25,7 +25,7 @@ from ..protocol.audit.record import AuditRecord
 from ..protocol.audit.run import decide_approval, request_approval, run_audit
 from ..protocol.errors import InvalidOutputSpec
 from .base import CommitBaseOperator
-from .commit import count_write_tasks
+from .commit import expected_task_count
 from .failures import AirflowFailException, fail_fast_on_deterministic_errors
 
 #: the XCom key holding the audit's verdict, passed or failed (a failed task has no ``return_value``)
@@ -42,16 +42,6 @@ def stage_audit(audit: Any, owner: str, common: Mapping[str, Any]) -> Audit | No
         approval_operator_class(owner)
     return spec
 
-
-def expected_task_count(operator: CommitBaseOperator, context: Mapping[str, Any], write_task_id: str | None,
-                        expected_tasks: int | None) -> int:
-    """The protocol tasks the stage expects: *expected_tasks* when given, else the run's write task instances,
-    times ``shards_per_task`` (as the commit counts them)."""
-    if expected_tasks is not None:
-        return int(expected_tasks) * operator.shards_per_task
-    states = context["ti"].get_task_states(dag_id=context["dag"].dag_id, task_ids=[write_task_id],
-                                           run_ids=[context["run_id"]])
-    return count_write_tasks(states.get(context["run_id"], {}), str(write_task_id)) * operator.shards_per_task
 
 
 def verdict_xcom(rec: AuditRecord) -> dict[str, Any]:

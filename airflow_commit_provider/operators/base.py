@@ -16,7 +16,7 @@ from ..protocol.tables import TableTarget, table_target
 from .checks import SHARED_ARGS, check_commit_args
 from .identity import job_names, make_job_id
 from .overlap import run_owner
-from .shards import check_job_shards
+from .shards import check_job_shards, shard_labels, tasks_per_instance
 
 
 class _CheckedPartial:
@@ -53,8 +53,12 @@ class CommitBaseOperator(BaseOperator):
         one job, so a second run replaces the first's files (a new generation) instead of adding them again
     :param durable: on a local disk, fsync what a committed output needs to survive a power cut (default);
         ``False`` for scratch targets. Object stores are durable per request either way.
-    :param shards_per_task: protocol tasks per write task instance (default 1): the write runs them as shards
-        (``shards.py``), the commit expects ``N`` per write task instance, the setup records it
+    :param shards_per_task: shards per write task instance (default 1): the write calls its callable once per
+        shard (``shards.py``), the setup records it
+    :param shard_commit: ``"each"`` (default): every shard is a protocol task of its own, committed and recovered
+        alone (the commit expects ``N`` per write task instance); ``"together"``: a task instance's shards commit
+        in one task commit, one record (far fewer requests per file on an object store; a failed try writes every
+        shard again)
     :param table_format: ``"delta"`` or ``"iceberg"``: job commit publishes into that table in one transaction
         (README, "Delta Lake and Iceberg tables"); ``None`` (default): a directory of files
     :param table_name: the Iceberg table, ``"namespace.table"`` (templated)
@@ -79,13 +83,14 @@ class CommitBaseOperator(BaseOperator):
     def __init__(self, *, target: Any, conn_id: str | None = None, algorithm: int | str = 1, mode: str = "error",
                  partition_by: Collection[str] | str = (), commit_threads: int | None = None,
                  job_name: str | None = None, durable: bool = True, job_key: str | None = None,
-                 shards_per_task: int = 1, table_format: str | None = None, table_name: str | None = None,
-                 catalog: Mapping[str, Any] | None = None, catalog_conn_id: str | None = None,
-                 **kwargs: Any) -> None:
+                 shards_per_task: int = 1, shard_commit: str = "each", table_format: str | None = None,
+                 table_name: str | None = None, catalog: Mapping[str, Any] | None = None,
+                 catalog_conn_id: str | None = None, **kwargs: Any) -> None:
         args = check_commit_args({"target": target, "conn_id": conn_id, "algorithm": algorithm, "mode": mode,
                                   "partition_by": partition_by, "commit_threads": commit_threads,
                                   "job_name": job_name, "durable": durable, "job_key": job_key,
-                                  "shards_per_task": shards_per_task, "table_format": table_format,
+                                  "shards_per_task": shards_per_task, "shard_commit": shard_commit,
+                                  "table_format": table_format,
                                   "table_name": table_name, "catalog": catalog, "catalog_conn_id": catalog_conn_id},
                                  f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})")
         super().__init__(**kwargs)
@@ -99,6 +104,7 @@ class CommitBaseOperator(BaseOperator):
         self.durable = args["durable"]
         self.job_key = args["job_key"]
         self.shards_per_task = args["shards_per_task"]
+        self.shard_commit = args["shard_commit"]
         self.table_format = table_format
         self.table_name = table_name
         self.catalog = dict(catalog) if catalog is not None else None
@@ -180,8 +186,13 @@ class CommitBaseOperator(BaseOperator):
         if record is None:
             return
         committer.job.check_record_names(record)   # a job named by another: say so, not that its shards differ
-        check_job_shards(record.labels, self.shards_per_task, committer.job_id, f"{type(self).__name__} "
-                                                                                f"{self.task_id!r}")
+        check_job_shards(record.labels, self.shards_per_task, self.shard_commit, committer.job_id,
+                         f"{type(self).__name__} {self.task_id!r}")
+
+    @property
+    def tasks_per_instance(self) -> int:
+        """Protocol tasks per write task instance (:func:`~.shards.tasks_per_instance`): what the commit counts."""
+        return tasks_per_instance(self.shards_per_task, self.shard_commit)
 
     def committer(self, context: Mapping[str, Any]) -> FileOutputCommitter:
         # the rendered target: a template may render to one the parsed DAG could not be refused for
@@ -190,8 +201,7 @@ class CommitBaseOperator(BaseOperator):
         labels = {"dag_id": context["dag"].dag_id, "run_id": context["run_id"], "job_name": self._job_name()}
         if self.job_key is not None:
             labels["job_key"] = self._job_key(context)
-        if self.shards_per_task != 1:
-            labels["shards_per_task"] = self.shards_per_task
+        labels.update(shard_labels(self.shards_per_task, self.shard_commit))
         names = self.job_names(context)
         config = CommitConfig(algorithm=self.algorithm, mode=self.mode, partition_by=self.partition_by,
                               commit_threads=self.commit_threads, labels=labels, durable=self.durable, names=names,

@@ -12,7 +12,7 @@ from ..protocol.modes import check_mode
 from ..protocol.stores import STAGING_SCHEMES, process_local, target_scheme
 from ..protocol.tables import FORMATS as TABLE_FORMATS
 from ..protocol.tables import check_table_location
-from .shards import check_shard_callable, check_shards
+from .shards import check_shard_callable, check_shard_commit, check_shards
 
 
 def check_user_callables(python_callable: Any, writer_callable: Any, owner: str) -> None:
@@ -37,7 +37,8 @@ def check_user_callables(python_callable: Any, writer_callable: Any, owner: str)
 
 #: The parameters every operator of a stage takes (:class:`CommitBaseOperator`'s own).
 SHARED_ARGS = ("target", "conn_id", "algorithm", "mode", "partition_by", "commit_threads", "job_name", "durable",
-               "job_key", "shards_per_task", "table_format", "table_name", "catalog", "catalog_conn_id")
+               "job_key", "shards_per_task", "shard_commit", "table_format", "table_name", "catalog",
+               "catalog_conn_id")
 
 
 def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
@@ -78,6 +79,11 @@ def check_commit_args(args: Mapping[str, Any], owner: str) -> dict[str, Any]:
             check_shards(args["shards_per_task"], None)
         except InvalidOutputSpec as exc:
             raise InvalidOutputSpec(f"{owner}: {exc} (protocol tasks per write task instance; 1: one)") from None
+    if "shard_commit" in args:
+        try:
+            check_shard_commit(args["shard_commit"])
+        except InvalidOutputSpec as exc:
+            raise InvalidOutputSpec(f"{owner}: {exc}") from None
     if "durable" in args and not isinstance(args["durable"], bool):
         raise bad("durable", "give True (the default: a committed output survives a power cut) or False (a "
                              "scratch target on a local disk: nothing is fsynced)")

@@ -11,7 +11,8 @@ How Airflow maps onto Hadoop's model (see the README for the full table):
   from storage, never from XCom (XComs are wiped at every try);
 - task: one mapped write task instance (task number = ``map_index``; 0 when unmapped); with
   ``shards_per_task=N``, N tasks per task instance: shard ``s`` of map index ``i`` is task ``i * N + s``
-  (``shards.py``);
+  (``shards.py``), unless ``shard_commit="together"`` makes the task instance one task whose shards commit in one
+  record;
 - task attempt: one Airflow try (attempt number = ``ti.try_number``, unique per try, so a zombie try and its
   successor never share a work directory); every shard of a try has that attempt number.
 
@@ -86,7 +87,7 @@ class CommitSetupOperator(CommitBaseOperator):
         setup = SetupContext.from_job(job, job_name=self._job_name(), target=committer.store.url(),
                                       conn_id=self.conn_id, algorithm=committer.algorithm_name,
                                       algorithm_value=self.algorithm, mode=committer.mode,
-                                      partition_by=self.partition_by, shards_per_task=self.shards_per_task,
+                                      partition_by=self.partition_by, shards_per_task=self.tasks_per_instance,
                                       clear_number=getattr(context.get("dag_run"), "clear_number", None),
                                       setup_try=context["ti"].try_number)
         self.log.info("job %s: generation %s, application attempt %s (%s) at %s", job.job_id, job.generation,
@@ -99,7 +100,8 @@ class CommitJobOperator(CommitLineageMixin, CommitBaseOperator):
     :class:`~.summary.CommitSummary` as its XCom dict (rows, files, bytes, partitions, recovered tasks, timings).
 
     The expected tasks are *expected_tasks* when given, otherwise the number of task instances of *write_task_id*
-    in this DAG run (a mapped write expanded to zero tasks commits an empty output), times ``shards_per_task``.
+    in this DAG run (a mapped write expanded to zero tasks commits an empty output), times ``shards_per_task``
+    (unless the shards commit together: ``shard_commit="together"``).
 
     The records the commit renamed into ``_temporary/_trash`` are deleted by the stage's teardown, which runs next;
     with *teardown_task_id* (``commit_stage`` sets it) a commit whose teardown already ran in this run ("clear only
@@ -127,12 +129,7 @@ class CommitJobOperator(CommitLineageMixin, CommitBaseOperator):
         self.expected_tasks = expected_tasks
 
     def _expected(self, context: Mapping[str, Any]) -> int:
-        if self.expected_tasks is not None:
-            return int(self.expected_tasks) * self.shards_per_task
-        ti = context["ti"]
-        states = ti.get_task_states(dag_id=context["dag"].dag_id, task_ids=[self.write_task_id],
-                                    run_ids=[context["run_id"]])
-        return count_write_tasks(states.get(context["run_id"], {}), self.write_task_id) * self.shards_per_task
+        return expected_task_count(self, context, self.write_task_id, self.expected_tasks)
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         with fail_fast_on_deterministic_errors():
@@ -177,6 +174,18 @@ class CommitJobOperator(CommitLineageMixin, CommitBaseOperator):
 
 #: task instance states after which a teardown will not run again in this run without a clear
 FINISHED_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
+
+
+def expected_task_count(operator: CommitBaseOperator, context: Mapping[str, Any], write_task_id: str | None,
+                        expected_tasks: int | None) -> int:
+    """The protocol tasks the stage expects (its commit and its audit count them alike): *expected_tasks* when
+    given, else the run's write task instances, times the protocol tasks of each (``shards_per_task``, or one when
+    its shards commit together)."""
+    if expected_tasks is not None:
+        return int(expected_tasks) * operator.tasks_per_instance
+    states = context["ti"].get_task_states(dag_id=context["dag"].dag_id, task_ids=[write_task_id],
+                                           run_ids=[context["run_id"]])
+    return count_write_tasks(states.get(context["run_id"], {}), str(write_task_id)) * operator.tasks_per_instance
 
 
 def count_write_tasks(states: Mapping[str, Any], task_id: str) -> int:

@@ -27,7 +27,7 @@ def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., A
                  ensure_target: bool = False, purge_on_failure: bool = False, write_retries: int | None = None,
                  write_kwargs: Mapping[str, Any] | None = None, outlets: Sequence[Any] = (),
                  durable: bool = True, job_key: str | None = None, shards_per_task: int = 1,
-                 shard_threads: int | None = None, table_format: str | None = None,
+                 shard_threads: int | None = None, shard_commit: str = "each", table_format: str | None = None,
                  table_name: str | None = None, catalog: Mapping[str, Any] | None = None,
                  catalog_conn_id: str | None = None, audit: Any = None) -> TaskGroup:
     """Build the stage as a TaskGroup named *group_id* (which is also the job name).
@@ -40,7 +40,9 @@ def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., A
     one data interval the same job, so a second run replaces the first's files instead of adding them again.
     ``shards_per_task=N`` makes every write task instance run N protocol tasks (shards, at most *shard_threads* at
     once): the callable is called once per shard with ``shard_index`` (0 .. N-1), shard ``s`` of map index ``i``
-    is task ``i * N + s``, and a retry runs only the shards that did not commit (``shards.py``).
+    is task ``i * N + s``, and a retry runs only the shards that did not commit (``shards.py``);
+    ``shard_commit="together"`` commits a task instance's shards in one record instead (fewer requests per file;
+    a retry writes every shard of the task instance again).
     *table_format* (``"delta"``, ``"iceberg"``) publishes into a table in one transaction at job commit: Delta
     at *target*; Iceberg *table_name* in *catalog* / *catalog_conn_id* (default: SQLite catalog in *target*).
     *audit* (an :class:`~..protocol.audit.Audit`, a list of checks, or a data callable) puts an audit task
@@ -62,7 +64,8 @@ def commit_stage(group_id: str, *, target: Any, python_callable: Callable[..., A
                               catalog_conn_id=catalog_conn_id, ensure_target=ensure_target,
                               purge_on_failure=purge_on_failure,
                               write_retries=write_retries, write_kwargs=write_kwargs, outlets=outlets,
-                              shards_per_task=shards_per_task, shard_threads=shard_threads, audit=audit)
+                              shards_per_task=shards_per_task, shard_threads=shard_threads,
+                              shard_commit=shard_commit, audit=audit)
     check_write_shards({"python_callable": python_callable, "writer_callable": writer_callable,
                         "shards_per_task": shards_per_task}, owner)
 

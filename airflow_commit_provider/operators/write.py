@@ -12,7 +12,7 @@ from .base import CommitBaseOperator
 from .checks import check_user_callables, check_write_shards
 from .failures import DETERMINISTIC_ERRORS, fail_fast_on_deterministic_errors
 from .inputs import inputs_digest
-from .shards import run_shards
+from .shards import run_shards, run_shards_together
 
 #: Task state store key holding a write task's commit outcome (Airflow 3.3+: the task instance's "Storage" tab).
 STATE_KEY = "commit"
@@ -35,7 +35,10 @@ class CommitWriteOperator(CommitBaseOperator):
     (``map_index * N + shard_index``, unique in the stage); it must name ``shard_index`` or ``task_number`` (or take
     ``**kwargs``), or every shard would write the same rows. With N = 1 it receives them too (0, 1, the map
     index) unless its own arguments have those names. A shard that fails does not stop the others; the try
-    fails after they finished, and its retry runs only the shards that did not commit.
+    fails after they finished, and its retry runs only the shards that did not commit. With
+    ``shard_commit="together"`` the shards write side by side into one task attempt (task number = map index)
+    committed in one record: a retry after a failed shard writes every shard again, and a committed task
+    instance is recovered whole.
     """
 
     template_fields = (*CommitBaseOperator.template_fields, "op_args", "op_kwargs")
@@ -84,8 +87,10 @@ class CommitWriteOperator(CommitBaseOperator):
         self._check_shards(committer)   # before the user's code: the DAG may have changed since the setup
         # what this task instance was given (rendered): a commit made for other inputs is not recovered
         inputs = inputs_digest(self.op_args, self.op_kwargs)
-        if self.shards_per_task != 1:
+        if self.shards_per_task != 1 and self.shard_commit == "each":
             return self._write_shards(committer, context, task, attempt, {**context, **self.op_kwargs}, inputs)
+        if self.shards_per_task != 1:
+            return self._write_together(committer, context, task, attempt, {**context, **self.op_kwargs}, inputs)
         # one shard: the same callable runs at any shards_per_task (the user's own arguments of those names win)
         call_kwargs = {"shard_index": 0, "shards_per_task": 1, "task_number": task, **context, **self.op_kwargs}
 
@@ -120,6 +125,25 @@ class CommitWriteOperator(CommitBaseOperator):
         self.log.info("task instance %s attempt %s: %s shards (tasks %s-%s): %s; ran the callable for shards %s; "
                       "%s files, %s rows", map_index, attempt, n, summary["tasks"][0], summary["tasks"][-1],
                       summary["statuses"], summary["ran_shards"] or "none", summary["files"], summary["rows"])
+        _save_state(context, summary)
+        return summary
+
+
+    def _write_together(self, committer: FileOutputCommitter, context: Mapping[str, Any], map_index: int,
+                        attempt: int, call_kwargs: Mapping[str, Any], inputs: str) -> dict[str, Any]:
+        n = self.shards_per_task
+
+        def produce(shard: int, task_number: int, writer: Any) -> None:
+            self._produce({**call_kwargs, "shard_index": shard, "shards_per_task": n, "task_number": task_number},
+                          writer)
+
+        outcome = run_shards_together(committer, map_index, n, attempt, produce, threads=self.shard_threads,
+                                      compression=self.compression, max_rows_per_file=self.max_rows_per_file,
+                                      inputs=inputs)
+        summary = {**outcome.to_dict(), "shards_per_task": n, "shard_commit": "together"}
+        self.log.info("task %s attempt %s: %s shards committed together: %s (committed attempt %s, application "
+                      "attempt %s); %s files, %s rows", map_index, attempt, n, outcome.status,
+                      summary["committed_attempt"], summary["app_attempt"], summary["files"], summary["rows"])
         _save_state(context, summary)
         return summary
 

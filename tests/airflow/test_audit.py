@@ -207,21 +207,23 @@ def test_hand_wired_sharded_and_keyed_stages_are_audited_and_report_data_quality
     proc, events = run_dags("audit_test_dags", runs, TEST_WORK / "openlineage-audit.jsonl")
     assert proc.stdout.count("STATE success") == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     root = TEST_ROOT / "audit_styles"
-    for stage, rows in (("ops", 15), ("shards", 20), ("keyed", 10)):
+    for stage, rows in (("ops", 15), ("shards", 20), ("together", 20), ("keyed", 10)):
         manifest = read_success_marker(str(root / stage), verify_files=True)
         assert manifest["audit"]["passed"] and manifest["totals"]["rows"] == rows, (stage, manifest["totals"])
     assert len(sc.read_rows(str(root / "keyed"))) == 10, "the second generation replaced the first's rows"
+    assert [read_success_marker(str(root / s))["totals"]["tasks"] for s in ("shards", "together")] == [4, 2], \
+        "two task instances of two shards: four tasks, or two whose shards committed together"
     keyed = read_success_marker(str(root / "keyed"))
     assert keyed["generation"] == 1 and keyed["replaced_generation"] and keyed["audit"]["ref"].startswith("1.")
     ops = [c["check"] for c in read_success_marker(str(root / "ops"))["audit"]["checks"]]
     assert ops[-1].startswith("data: ids_unique"), "the hand-wired stage ran its data callable"
-    commits = [e for e in events if e["job"]["name"].endswith(("ops_commit", "shards.commit", "keyed.commit"))
-               and e["eventType"] == "COMPLETE"]
-    assert len(commits) == 6
+    commits = [e for e in events if e["job"]["name"].endswith(("ops_commit", "shards.commit", "together.commit",
+                                                               "keyed.commit")) and e["eventType"] == "COMPLETE"]
+    assert len(commits) == 8
     for event in commits:
         [output] = event["outputs"]
         assertions = output["facets"]["dataQualityAssertions"]["assertions"]
         assert assertions and all(a["success"] for a in assertions), assertions
         assert output["facets"]["dataQualityMetrics"]["rowCount"] > 0
     audits = [e for e in events if e["job"]["name"].endswith(("ops_audit", ".audit")) and e["eventType"] == "COMPLETE"]
-    assert len(audits) == 6 and all(e["inputs"][0]["facets"]["dataQualityAssertions"] for e in audits)
+    assert len(audits) == 8 and all(e["inputs"][0]["facets"]["dataQualityAssertions"] for e in audits)

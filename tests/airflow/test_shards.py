@@ -131,21 +131,34 @@ def test_a_job_refuses_a_write_whose_shards_per_task_changed(dags):
 def test_check_job_shards_names_both_values():
     from airflow_commit_provider.operators.shards import check_job_shards
 
-    check_job_shards({}, 1, "j", "w")   # an unsharded (or earlier) job record has no label
-    check_job_shards({"shards_per_task": 4}, 4, "j", "w")
-    with pytest.raises(InvalidOutputSpec, match=r"w: job j was set up with shards_per_task=4, this stage has "
-                                                r"shards_per_task=2"):
-        check_job_shards({"shards_per_task": 4}, 2, "j", "w")
-    with pytest.raises(InvalidOutputSpec, match=r"shards_per_task=1, this stage has shards_per_task=3"):
-        check_job_shards({}, 3, "j", "w")
+    check_job_shards({}, 1, "each", "j", "w")   # an unsharded (or earlier) job record has no label
+    check_job_shards({}, 1, "together", "j", "w")   # one shard: the same task either way
+    check_job_shards({"shards_per_task": 4}, 4, "each", "j", "w")
+    check_job_shards({"shards_in_task": 4}, 4, "together", "j", "w")
+    with pytest.raises(InvalidOutputSpec, match=r"w: job j was set up with shards_per_task=4, shard_commit='each', "
+                                                r"this stage has shards_per_task=2, shard_commit='each'"):
+        check_job_shards({"shards_per_task": 4}, 2, "each", "j", "w")
+    with pytest.raises(InvalidOutputSpec, match=r"shards_per_task=1, this stage has shards_per_task=3, "):
+        check_job_shards({}, 3, "each", "j", "w")
+    # the same N, shards committed the other way: task numbers mean other task instances
+    with pytest.raises(InvalidOutputSpec, match=r"set up with shards_per_task=4, shard_commit='each', this stage "
+                                                r"has shards_per_task=4, shard_commit='together'"):
+        check_job_shards({"shards_per_task": 4}, 4, "together", "j", "w")
+    # shards committed together whose number changed: a recovered task instance would pass for all of them
+    with pytest.raises(InvalidOutputSpec, match=r"shards_per_task=1, this stage has shards_per_task=4, "
+                                                r"shard_commit='together'"):
+        check_job_shards({}, 4, "together", "j", "w")
 
 
-@pytest.mark.parametrize("before,after", [(2, 1), (1, 2)])
+@pytest.mark.parametrize("before,after", [(2, 1), (1, 2), ((2, "each"), (2, "together")),
+                                          ((2, "together"), (2, "each")), ((2, "together"), 1)],
+                         ids=["2-1", "1-2", "each-together", "together-each", "together-1"])
 def test_a_job_commit_refuses_a_shards_per_task_changed_since_the_setup(tmp_path, before, after):
     """The commit task counts the job's tasks as write task instances x ``shards_per_task``: a commit that runs
     after the DAG changed N (the setup and the writes ran before the edit, the commit after it: a retry, a queue)
     would commit the wrong tasks. From N=2 to 1 it committed half of them (the others' rows silently left out, and
-    ``success``). It refuses, naming both values, with nothing committed; restored, the commit takes every row."""
+    ``success``). It refuses, naming both values, with nothing committed; restored, the commit takes every row. So
+    does a change of ``shard_commit`` (the same N numbers the tasks otherwise)."""
     from datetime import datetime
 
     import pyarrow as pa
@@ -153,33 +166,41 @@ def test_a_job_commit_refuses_a_shards_per_task_changed_since_the_setup(tmp_path
     from airflow_commit_provider.operators import CommitJobOperator, CommitSetupOperator
     from airflow_commit_provider.protocol import run_task_attempt
 
+    from airflow_commit_provider.operators.shards import tasks_per_instance
+
+    (n_before, how_before), (n_after, how_after) = ((x, "each") if isinstance(x, int) else x for x in (before, after))
     root = str(tmp_path / "out")
     with DAG("sh_commit_rekeyed", schedule=None, start_date=datetime(2024, 1, 1), catchup=False) as dag:
         setup = CommitSetupOperator(task_id="setup", target=root, job_name="s", mode="append",
-                                    shards_per_task=before)
-        commits = {n: CommitJobOperator(task_id=f"commit{n}", target=root, job_name="s", mode="append",
-                                        shards_per_task=n, expected_tasks=1) for n in {before, after}}
+                                    shards_per_task=n_before, shard_commit=how_before)
+        commits = [CommitJobOperator(task_id=f"commit{i}", target=root, job_name="s", mode="append",
+                                     shards_per_task=n, shard_commit=how, expected_tasks=1)
+                   for i, (n, how) in enumerate(((n_before, how_before), (n_after, how_after)))]
     context = {"dag": dag, "run_id": "r1"}
     committer = setup.committer(context)   # what the setup task sets up (its labels keep N)
     committer.setup_job()
-    for task in range(before):   # the one write task instance's shards, as its write runs them
+    written = tasks_per_instance(n_before, how_before)
+    for task in range(written):   # the one write task instance's protocol tasks, as its write runs them
         assert run_task_attempt(committer, task, 1, lambda w, t=task: w.write(pa.table({"x": [t]}))).status \
             == "committed"
     from airflow_commit_provider.operators.failures import AirflowFailException  # the Task SDK's, or 3.1's
 
-    with pytest.raises(AirflowFailException, match=rf"InvalidOutputSpec: CommitJobOperator 'commit{after}': job "
-                       rf"\S+ was set up with shards_per_task={before}, this stage has shards_per_task={after}\."):
-        commits[after].execute(context)
+    with pytest.raises(AirflowFailException, match=rf"InvalidOutputSpec: CommitJobOperator 'commit1': job "
+                       rf"\S+ was set up with shards_per_task={n_before}\b.*, this stage has "
+                       rf"shards_per_task={n_after}\b"):
+        commits[1].execute(context)
     assert not (tmp_path / "out" / "_SUCCESS").exists() and sc.read_rows(root) == []
-    commits[before].execute(context)
-    assert sorted(r["x"] for r in sc.read_rows(root)) == list(range(before))
+    commits[0].execute(context)
+    assert sorted(r["x"] for r in sc.read_rows(root)) == list(range(written))
 
 
-def test_table_stages_with_shards_retry_a_shard_and_a_keyed_second_run_replaces_the_first(dags):
+@pytest.mark.parametrize("dag_id", ["sh_tables", "sh_tables_together"])
+def test_table_stages_with_shards_retry_a_shard_and_a_keyed_second_run_replaces_the_first(dags, dag_id):
     """Delta and Iceberg stages with ``shards_per_task=3`` and ``job_key``: shard 1 of instance 0 and shard 2 of
     instance 1 fail their first try and the retries commit them; the tables read back (with their own readers)
     every row once, added by one transaction per job commit. A second run of the interval (another run id, the
-    same job) replaces the first's rows in one more transaction: rows still once, from the second run."""
+    same job) replaces the first's rows in one more transaction: rows still once, from the second run. With the
+    shards committed together (``sh_tables_together``) the retries write every shard of instances 0 and 1 again."""
     pytest.importorskip("deltalake")
     pytest.importorskip("pyiceberg")
     from datetime import datetime, timedelta, timezone
@@ -188,8 +209,8 @@ def test_table_stages_with_shards_retry_a_shard_and_a_keyed_second_run_replaces_
 
     from ..protocol.test_tables import delta_table, iceberg_table, transactions
 
-    tables = {"delta": {"format": "delta", "location": str(TEST_ROOT / "sh_tables" / "delta")},
-              "iceberg": {"format": "iceberg", "location": str(TEST_ROOT / "sh_tables" / "iceberg"),
+    tables = {"delta": {"format": "delta", "location": str(TEST_ROOT / dag_id / "delta")},
+              "iceberg": {"format": "iceberg", "location": str(TEST_ROOT / dag_id / "iceberg"),
                           "table_name": "shards.events"}}
 
     def read(cfg: dict) -> pa.Table:
@@ -197,25 +218,29 @@ def test_table_stages_with_shards_retry_a_shard_and_a_keyed_second_run_replaces_
             iceberg_table(cfg).scan().to_arrow()
 
     day, tasks = datetime(2024, 6, 1, tzinfo=timezone.utc), INSTANCES * 3
+    retried = {1, 5} if dag_id == "sh_tables" else set(range(6))   # the failed shards, or their instances' all
     for task in (1, 5):
-        (TEST_WORK / f"fail-sh_tables-{task}-1").touch()
+        (TEST_WORK / f"fail-{dag_id}-{task}-1").touch()
     for n, hours in enumerate((1, 2)):
-        dr = dags.sh_tables.test(logical_date=day, run_after=day + timedelta(hours=hours))
+        dr = getattr(dags, dag_id).test(logical_date=day, run_after=day + timedelta(hours=hours))
         assert dr.state == "success", states(dr)
         if n == 0:
             assert {k: v for k, v in states(dr).items() if k.endswith(".write[0]") or k.endswith(".write[1]")} == \
                 {f"{s}.write[{i}]": ("success", 2) for s in tables for i in (0, 1)}
             for task in (1, 5):
-                (TEST_WORK / f"fail-sh_tables-{task}-1").unlink()
+                (TEST_WORK / f"fail-{dag_id}-{task}-1").unlink()
         for stage, cfg in tables.items():
             t = read(cfg)
             assert Counter(zip(t["task"].to_pylist(), t["row"].to_pylist())) == {
                 (k, r): 1 for k in range(tasks) for r in range(ROWS)}, f"{stage}, run {n + 1}: rows once"
             attempts = dict(zip(t["task"].to_pylist(), t["attempt"].to_pylist()))
-            assert attempts == {k: 2 if n == 0 and k in (1, 5) else 1 for k in range(tasks)}, (stage, n)
+            assert attempts == {k: 2 if n == 0 and k in retried else 1 for k in range(tasks)}, (stage, n)
             assert transactions(cfg) == n + 1, f"{stage}: one transaction per job commit"
-    assert calls("sh_tables") == {**{(k, 1): 4 for k in range(tasks)}, (1, 2): 2, (5, 2): 2}, \
-        "per stage: every shard once per run, plus the failed shards' retries in the first run"
+    first_tries = {(k, 1): 4 for k in range(tasks)}
+    if dag_id == "sh_tables_together":   # one shard at a time: shard 1 failing stopped shard 2 (task 2) in try 1
+        first_tries[(2, 1)] = 2
+    assert calls(dag_id) == {**first_tries, **{(k, 2): 2 for k in retried}}, \
+        "per stage: every shard once per run, plus the retries' shards in the first run"
 
 
 @pytest.mark.parametrize("dag_id", ["sh_operator", "sh_decorator"])
@@ -258,3 +283,56 @@ def test_a_sharded_run_that_failed_then_was_cleared_recovers_the_committed_shard
     recovered = {t["task"]: t["recovered_from_app"] for t in manifest["tasks"]}
     assert recovered == {t: None if t == failing else 0 for t in range(INSTANCES * SHARDS)}
     assert manifest["app_attempt"] == 1 and manifest["totals"]["tasks"] == INSTANCES * SHARDS
+
+
+@pytest.mark.parametrize("dag_id", ["sh_together_operator", "sh_together_decorator"])
+def test_shards_committed_together_retry_their_task_instance_whole_and_a_clear_recovers_it(dags, dag_id):
+    """``shard_commit="together"``: shard 1 of instance 0 fails its first try, so that try commits nothing and its
+    retry writes all four shards of instance 0 again; instance 2 fails both tries (shard 2, task 10) and the run
+    fails with nothing visible. Cleared, the run recovers instances 0 and 1 whole (no shard of them runs again),
+    instance 2 writes its four shards, and the job commits every shard's rows once: one protocol task per task
+    instance, the shards named in the record's labels."""
+    from datetime import datetime, timezone
+
+    when = datetime(2024, 5, 2, tzinfo=timezone.utc)
+    (TEST_WORK / f"fail-{dag_id}-1-1").touch()
+    for tr in (1, 2):
+        (TEST_WORK / f"fail-{dag_id}-10-{tr}").touch()
+    dr = getattr(dags, dag_id).test(logical_date=when, run_after=when)
+    st = states(dr)
+    write = "write.write" if dag_id == "sh_together_operator" else "load_together.write"
+    assert dr.state == "failed", st
+    assert [st[f"{write}[{i}]"] for i in range(INSTANCES)] == [("success", 2), ("success", 1), ("failed", 2)], st
+    root = str(TEST_ROOT / dag_id)
+    assert sc.read_rows(root) == [], "nothing of the failed job is visible"
+    first = calls(dag_id)
+    # a failed shard stops the shards of its try not started yet (which ones started depends on the threads)
+    assert set(first.values()) == {1} and {(1, 1), (10, 1), (10, 2)} <= set(first)
+    assert {(t, tr) for t, tr in first if t // SHARDS == 0 and tr == 2} == {(t, 2) for t in range(SHARDS)}, \
+        "a failed shard's retry writes every shard of its task instance"
+    assert {(t, tr) for t, tr in first if t // SHARDS == 1} == {(t, 1) for t in range(SHARDS, 2 * SHARDS)}
+    for tr in (1, 2):
+        (TEST_WORK / f"fail-{dag_id}-10-{tr}").unlink()
+
+    dr = getattr(dags, dag_id).test(logical_date=when, run_after=when)   # the whole run cleared
+    assert dr.state == "success", states(dr)
+    after = calls(dag_id) - first
+    assert {task for task, _ in after} == {8, 9, 10, 11} and sum(after.values()) == SHARDS, \
+        f"instances 0 and 1 were recovered whole; instance 2 wrote its shards: {after}"
+    rows = sc.read_rows(root)
+    sc.assert_exactly_once(rows, tasks=INSTANCES * SHARDS, per_task=ROWS)
+    manifest = read_success_marker(root, verify_files=True)
+    assert manifest["totals"]["tasks"] == INSTANCES
+    assert {t["task"]: t["recovered_from_app"] for t in manifest["tasks"]} == {0: 0, 1: 0, 2: None}
+    assert manifest["labels"]["shards_in_task"] == SHARDS and "shards_per_task" not in manifest["labels"]
+
+
+def test_a_bad_shard_commit_is_refused_naming_it():
+    def rows(shard_index: int):
+        return None
+
+    with pytest.raises(InvalidOutputSpec, match=r"commit_stage\('s'\): shard_commit='both': give 'each' .* or "
+                                                r"'together'"):
+        commit_stage("s", target="/tmp/x", python_callable=rows, shards_per_task=2, shard_commit="both")
+    with pytest.raises(InvalidOutputSpec, match=r"shard_commit=None"):
+        commit_stage_task(target="/tmp/x", shards_per_task=2, shard_commit=None)(rows)

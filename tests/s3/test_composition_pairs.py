@@ -2,7 +2,8 @@
 their own ("GAP-low"), each covered by a real ``dag.test()`` run read back row by row.
 
 One run covers several pairs at once (a covering design, not one test per pair): each case is an authoring style
-(hand-wired operators, ``commit_stage``, ``@task.commit_stage``, ``shards_per_task``, ``job_key``) x a store
+(hand-wired operators, ``commit_stage``, ``@task.commit_stage``, ``shards_per_task`` with its shards committed
+each alone or together, ``job_key``) x a store
 (local disk, S3 through moto's server and an Airflow connection) x an algorithm x a mode, with one write task whose
 first try fails (a retry), then every consumer: the sensor (poke), the deferrable sensor (its trigger's real
 ``run()`` and ``execute_complete``), the asset watcher (``CommittedOutputTrigger``, one event per commit, in
@@ -94,6 +95,10 @@ CASES = [
     Case("shards", "s3", "magic", "dynamic"),
     Case("shards", "local", "v2", "overwrite", then="compact"),
     Case("shards", "local", "v1", "append"),
+    Case("together", "s3", "magic", "dynamic"),
+    Case("together", "s3", "v1", "error"),
+    Case("together", "local", "v2", "overwrite", then="compact"),
+    Case("together", "local", "v1", "append", then="dedup"),
     Case("key", "s3", "magic", "append", runs=2),
     Case("key", "s3", "v1", "dynamic", runs=2),
     Case("key", "local", "v2", "overwrite", runs=2, then="compact"),
@@ -121,7 +126,8 @@ def _rows(dag_id: str, task: int, ti) -> pa.Table:
 
 
 def pair_dag(case: Case, target: str, load: Callable[[Case], Callable[..., Any]] | None = None) -> DAG:
-    """The stage of *case* writing *target*: TASKS write tasks (for ``shards``: TASKS shards of one instance);
+    """The stage of *case* writing *target*: TASKS write tasks (for ``shards``: TASKS shards of one instance; for
+    ``together``: the same, committed as one protocol task);
     *load* makes the write callable of the case (default: :func:`_rows`, task 1's first try failing)."""
     load = load or _load
     conn = CONN if case.s == "s3" else None
@@ -146,9 +152,9 @@ def pair_dag(case: Case, target: str, load: Callable[[Case], Callable[..., Any]]
         elif case.w == "deco_shards":   # one decorated task instance of n shards
             commit_stage_task(group_id="events", write_retries=1, shards_per_task=case.n, **shared)(
                 _load_shard(case))()
-        elif case.w == "shards":
+        elif case.w in ("shards", "together"):
             commit_stage("events", python_callable=_load_shard(case), shards_per_task=case.n, write_retries=1,
-                         **shared)
+                         shard_commit="each" if case.w == "shards" else "together", **shared)
         else:   # stage, key
             key = "{{ data_interval_start }}" if case.w == "key" else None
             commit_stage("events", python_callable=load(case), expand_op_kwargs=kwargs, write_retries=1,
@@ -241,11 +247,14 @@ def test_a_stage_commits_once_and_every_consumer_sees_each_commit_once(case, req
         for run in range(case.runs):
             dr = dag.test(logical_date=DAY, run_after=DAY + timedelta(hours=run + 1))
             assert dr.state == "success", f"run {run + 1} of {case.dag_id}"
-            # the callable: every task once per run, and task 1 once more in the first (its first try fails)
-            assert _calls(case) == {(t, 1): run + 1 for t in range(TASKS)} | {(1, 2): 1}
+            # the callable: every task once per run, and task 1 once more in the first (its first try fails);
+            # shards committed together: the retry writes every shard of the task instance again
+            retried = range(TASKS) if case.w == "together" else (1,)
+            assert _calls(case) == {(t, 1): run + 1 for t in range(TASKS)} | {(t, 2): 1 for t in retried}
             _assert_rows_once(target)
             manifest = _marker(target, verify_files=True)
-            assert manifest["totals"]["rows"] == TASKS * ROWS and manifest["totals"]["tasks"] == TASKS
+            tasks = 1 if case.w == "together" else TASKS   # protocol tasks
+            assert manifest["totals"]["rows"] == TASKS * ROWS and manifest["totals"]["tasks"] == tasks
             job_ids.append(manifest["job_id"])
 
             event = watcher.next()
@@ -259,7 +268,7 @@ def test_a_stage_commits_once_and_every_consumer_sees_each_commit_once(case, req
 
             state, statuses = _view(case.dag_id, dr.run_id)
             assert state == "committed"
-            assert set(statuses.values()) == {"committed"} and sorted(statuses) == list(range(TASKS))
+            assert set(statuses.values()) == {"committed"} and sorted(statuses) == list(range(tasks))
         if case.w == "key":
             assert len(set(job_ids)) == 1, "two runs of one interval are one job"
             assert _marker(target)["generation"] == case.runs - 1
@@ -293,7 +302,7 @@ def _maintain(case: Case, target: str, conn: str | None) -> None:
 
 def test_the_cases_cover_every_authoring_store_algorithm_and_mode_pair():
     """The design is a covering one: every pair of values of W, S, A, M named here has a case."""
-    axes = {"w": {"ops", "stage", "deco", "shards", "key"}, "s": {"local", "s3"}, "a": {"v1", "v2", "magic"},
+    axes = {"w": {"ops", "stage", "deco", "shards", "together", "key"}, "s": {"local", "s3"}, "a": {"v1", "v2", "magic"},
             "m": {"error", "append", "overwrite", "dynamic"}}
     refused = {("a", "magic", "s", "local")}   # refused where the DAG is parsed: test_operator_base.py
     covered = {(x, getattr(c, x), y, getattr(c, y)) for c in CASES for x in axes for y in axes if x < y}

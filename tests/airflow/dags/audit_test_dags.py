@@ -1,7 +1,7 @@
 """Audited stages in every authoring style ``example_audit.py`` does not show, in one DAG for
 ``tests/airflow/test_audit.py``: hand-wired operators (``CommitAuditOperator`` between the writes and the commit,
 the setup and the commit given the same ``Audit``) with a data callable, a stage of two shards per task instance,
-and a stage with a ``job_key`` (run twice for one key, each generation audited). Targets are
+the same with its shards committed together, and a stage with a ``job_key`` (run twice for one key, each generation audited). Targets are
 ``<COMMIT_TEST_ROOT>/audit_styles/<stage>``; every call of the user callable is appended to ``calls.log``."""
 
 from __future__ import annotations
@@ -51,6 +51,9 @@ with DAG("audit_styles", schedule=None, start_date=datetime(2024, 1, 1), catchup
     commit_stage("shards", target=os.path.join(ROOT, "shards"), python_callable=rows,
                  expand_op_kwargs=[{"task": t} for t in range(2)], shards_per_task=2, mode="append",
                  partition_by=["day"], audit=CHECKS)
+    commit_stage("together", target=os.path.join(ROOT, "together"), python_callable=rows,
+                 expand_op_kwargs=[{"task": t} for t in range(2)], shards_per_task=2, shard_commit="together",
+                 mode="append", partition_by=["day"], audit=CHECKS)
     commit_stage("keyed", target=os.path.join(ROOT, "keyed"), python_callable=rows,
                  expand_op_kwargs=[{"task": t} for t in range(2)], job_key="{{ dag_run.conf.get('key', 'k') }}",
                  mode="append", audit=CHECKS)

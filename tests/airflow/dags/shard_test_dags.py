@@ -43,6 +43,24 @@ with DAG("sh_operator", schedule=None, start_date=datetime(2024, 1, 1), catchup=
                  shards_per_task=SHARDS, shard_threads=2)
 
 
+# the same stages with their shards committed together: one protocol task (one record) per task instance
+with DAG("sh_together_operator", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
+         default_args=DEFAULTS, tags=["airflow-commit-provider-tests"]) as sh_together_operator:
+    commit_stage("write", target=os.path.join(ROOT, "sh_together_operator"), python_callable=shard_rows,
+                 expand_op_kwargs=[{"day": d} for d in range(INSTANCES)], mode="dynamic", partition_by=["day"],
+                 shards_per_task=SHARDS, shard_threads=2, shard_commit="together")
+
+
+with DAG("sh_together_decorator", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
+         default_args=DEFAULTS, tags=["airflow-commit-provider-tests"]) as sh_together_decorator:
+    @task.commit_stage(target=os.path.join(ROOT, "sh_together_decorator"), mode="overwrite",
+                       shards_per_task=SHARDS, shard_commit="together")
+    def load_together(day: int, shard_index: int, task_number: int, ti=None) -> pa.Table:
+        return shard_rows(day, shard_index, task_number, ti)
+
+    load_together.expand(day=list(range(INSTANCES)))
+
+
 with DAG("sh_one", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
          tags=["airflow-commit-provider-tests"]) as sh_one:
     # the same callable with one shard per task instance: task number = map index
@@ -72,10 +90,15 @@ with DAG("sh_rekeyed", schedule=None, start_date=datetime(2024, 1, 1), catchup=F
 
 # sh_tables: a Delta stage and an Iceberg stage (SQLite catalog in its target) with shards, one job per data
 # interval: a failing shard's retry, and a second run of the interval replacing the first's rows in its table
-with DAG("sh_tables", schedule="@daily", start_date=datetime(2024, 1, 1), catchup=False, default_args=DEFAULTS,
-         tags=["airflow-commit-provider-tests"]) as sh_tables:
-    for _stage, _table in (("delta", {"table_format": "delta"}),
-                           ("iceberg", {"table_format": "iceberg", "table_name": "shards.events"})):
-        commit_stage(_stage, target=os.path.join(ROOT, "sh_tables", _stage), python_callable=shard_rows,
-                     expand_op_kwargs=[{"day": d} for d in range(INSTANCES)], mode="append", partition_by=["day"],
-                     shards_per_task=3, shard_threads=1, job_key="{{ data_interval_start }}", **_table)
+# (sh_tables_together: the same, every task instance's shards committed together)
+for _dag_id, _commit in (("sh_tables", "each"), ("sh_tables_together", "together")):
+    with DAG(_dag_id, schedule="@daily", start_date=datetime(2024, 1, 1), catchup=False, default_args=DEFAULTS,
+             tags=["airflow-commit-provider-tests"]) as _dag:
+        for _stage, _table in (("delta", {"table_format": "delta"}),
+                               ("iceberg", {"table_format": "iceberg", "table_name": "shards.events"})):
+            commit_stage(_stage, target=os.path.join(ROOT, _dag_id, _stage), python_callable=shard_rows,
+                         expand_op_kwargs=[{"day": d} for d in range(INSTANCES)], mode="append",
+                         partition_by=["day"], shards_per_task=3, shard_threads=1, shard_commit=_commit,
+                         job_key="{{ data_interval_start }}", **_table)
+    globals()[_dag_id] = _dag
+del _dag
