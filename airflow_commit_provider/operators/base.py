@@ -15,6 +15,7 @@ from ..protocol import CommitConfig, FileOutputCommitter, InvalidOutputSpec, Job
 from ..protocol.tables import TableTarget, table_target
 from .checks import SHARED_ARGS, check_commit_args
 from .identity import job_names, make_job_id
+from .hints import purge_command
 from .overlap import run_owner
 from .shards import check_job_shards, shard_labels, tasks_per_instance
 
@@ -181,13 +182,19 @@ class CommitBaseOperator(BaseOperator):
         *before_setup*: a job not set up yet (or committed: a new generation) passes, it takes this stage's."""
         try:
             record = committer.job.job_record() if before_setup else committer.job.require_job()
-        except JobAlreadyCommitted:   # a late try after the commit: it runs nothing, whatever its shards
+        except JobAlreadyCommitted:
+            # a late try after the commit runs nothing but reports what was committed under its task numbers:
+            # those of the committed generation's shards only
+            log = committer.job.commit_log()
+            if log is not None:
+                check_job_shards(log.manifest.get("labels") or {}, self.shards_per_task, self.shard_commit,
+                                 committer.job_id, f"{type(self).__name__} {self.task_id!r}")
             return
         if record is None:
             return
         committer.job.check_record_names(record)   # a job named by another: say so, not that its shards differ
         check_job_shards(record.labels, self.shards_per_task, self.shard_commit, committer.job_id,
-                         f"{type(self).__name__} {self.task_id!r}")
+                         f"{type(self).__name__} {self.task_id!r}", purge_command(committer, self.conn_id))
 
     @property
     def tasks_per_instance(self) -> int:

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,24 +89,31 @@ def check_shard_callable(func: Callable[..., Any] | None, shards_per_task: int, 
 
 
 def check_job_shards(labels: Mapping[str, Any], shards_per_task: int, shard_commit: str, job_id: str,
-                     owner: str) -> None:
+                     owner: str, purge: str | None = None) -> None:
     """Refuse a write whose ``shards_per_task`` or ``shard_commit`` differs from what the job was set up with (its
     record's *labels*, :func:`shard_labels`; nothing, as every unsharded and earlier job): tasks are numbered by
     them, so a retry or a re-run after the DAG changed them would find other task instances' shards committed under
     its task numbers and "recover" them, and the job commit would then count the wrong tasks: rows silently lost
     or taken twice. A task instance whose shards commit together, recovered after its number of shards changed,
-    would pass for one that wrote every shard."""
+    would pass for one that wrote every shard. *purge*: the command that purges the job, which the advice names
+    for a job whose ``job_key`` makes every run of it this job (a new run is no way out there)."""
     recorded = {k: labels[k] for k in ("shards_per_task", "shards_in_task") if k in labels}
-    if recorded != shard_labels(shards_per_task, shard_commit):
-        was = recorded.get("shards_per_task") or recorded.get("shards_in_task") or 1
-        how = "together" if "shards_in_task" in recorded else "each"
-        raise InvalidOutputSpec(
-            f"{owner}: job {job_id} was set up with shards_per_task={was}"
-            f"{f', shard_commit={how!r}' if was != 1 else ''}, this stage has shards_per_task={shards_per_task}"
-            f"{f', shard_commit={shard_commit!r}' if shards_per_task != 1 else ''}. Its protocol tasks are "
-            "numbered by them (map index x shards_per_task + shard, or the map index when shards commit together), "
-            "so they cannot change within a job: restore them, or start another job (a new run, or another "
-            "job_key)")
+    if recorded == shard_labels(shards_per_task, shard_commit):
+        return
+    was = recorded.get("shards_per_task") or recorded.get("shards_in_task") or 1
+    how = "together" if "shards_in_task" in recorded else "each"
+    if "job_key" in labels:
+        way_out = (f"restore them, or start another job: another job_key (job_key {labels['job_key']!r} makes every "
+                   f"run of it this job), or purge this job, after which its next run computes every task under "
+                   f"the new values: {purge or 'airflow-commit abort <target> --job ' + job_id + ' --purge'}")
+    else:
+        way_out = "restore them, or start another job (a new run, or another job_key)"
+    raise InvalidOutputSpec(
+        f"{owner}: job {job_id} was set up with shards_per_task={was}"
+        f"{f', shard_commit={how!r}' if was != 1 else ''}, this stage has shards_per_task={shards_per_task}"
+        f"{f', shard_commit={shard_commit!r}' if shards_per_task != 1 else ''}. Its protocol tasks are "
+        "numbered by them (map index x shards_per_task + shard, or the map index when shards commit together), "
+        f"so they cannot change within a job: {way_out}")
 
 
 def shard_tasks(map_index: int, shards_per_task: int) -> range:
@@ -193,7 +201,8 @@ def run_shards(committer: Callable[[], FileOutputCommitter], map_index: int, sha
 
 def run_shards_together(committer: FileOutputCommitter, map_index: int, shards_per_task: int, attempt: int,
                         produce: ShardProduce, *, threads: int | None = None, compression: str = "snappy",
-                        max_rows_per_file: int | None = None, inputs: str | None = None) -> TaskOutcome:
+                        max_rows_per_file: int | None = None, fatal: tuple[type[BaseException], ...] = (),
+                        inputs: str | None = None) -> TaskOutcome:
     """Attempt *attempt* of task instance *map_index* as **one** protocol task (task number *map_index*) whose
     files its *shards_per_task* shards write side by side (``shard_commit="together"``), at most *threads* at once.
 
@@ -201,8 +210,12 @@ def run_shards_together(committer: FileOutputCommitter, map_index: int, shards_p
     ``part-<map index>-<uuid>-s<shard>-c<n>``); once every shard has closed its part the attempt commits them in
     one task commit: one record, one claim, one recovery for the task instance. That is what makes the requests
     per file approach the data's own (the per-task reads, claim, record and job commit read are paid once per task
-    instance, not once per shard); the price is that a try that fails in one shard writes every shard again. The
-    first failure stops the shards not started yet and is raised itself, after the attempt is aborted.
+    instance, not once per shard); the price is that a try that fails in one shard writes every shard again.
+
+    The first failure stops the shards not started yet; once the running ones have ended, the attempt is aborted
+    and a *fatal* failure (no retry cures it) is raised if any shard had one, else the first. An interruption
+    (Airflow's timeout, a signal) abandons the writer, so the running shards stop at their next write, and is
+    raised only once they have: nothing a shard opens can outlive the attempt's abort.
     *produce(shard_index, task_number, writer)* as for :func:`run_shards`: *task_number* (``map_index * N +
     shard``) still tells the shards of the whole stage apart, although only *map_index* is a protocol task.
     """
@@ -216,49 +229,79 @@ def run_shards_together(committer: FileOutputCommitter, map_index: int, shards_p
                 produce(shard, map_index * shards_per_task + shard, parts[shard])
 
         _results, failed = _in_pool(shards, one, threads, f"task instance {map_index}", "shard", attempt,
-                                    stop_on_failure=True)
+                                    stop_on_failure=True, on_interrupt=writer.abandon)
         if failed:
-            raise failed[min(failed)]
+            raise next((failed[s] for s in sorted(failed) if isinstance(failed[s], fatal)), failed[min(failed)])
         writer.adopt(parts)
 
     return run_task_attempt(committer, map_index, attempt, write, compression=compression,
                             max_rows_per_file=max_rows_per_file, inputs=inputs)
 
 
+#: what an item the pool did not start (a failure came first) returns
+_NOT_STARTED = object()
+
+
 def _in_pool(items: range, call: Callable[[int], Any], threads: int | None, name: str, item_name: str,
-             attempt: int, *, stop_on_failure: bool) -> tuple[dict[int, Any], dict[int, BaseException]]:
+             attempt: int, *, stop_on_failure: bool, on_interrupt: Callable[[], None] | None = None
+             ) -> tuple[dict[int, Any], dict[int, BaseException]]:
     """``call(item)`` for every item, at most *threads* at once (``min(len(items), DEFAULT_SHARD_THREADS)`` by
-    default; 1: in order in this thread): the results and the exceptions, by item. *stop_on_failure*: the items
-    not started yet are not started once one failed. An interruption (Airflow's timeout, a signal) cancels the
-    items not started and propagates."""
+    default; 1: in order in this thread): the results and the exceptions, by item. *stop_on_failure*: once one
+    failed (whichever finishes first), the items not started yet are not started. An interruption (Airflow's
+    timeout, a signal, or a shard's own ``SystemExit``) cancels the items not started and propagates; with
+    *on_interrupt*, that is called first and the running items are waited for (they must stop on their own),
+    without it they are left to finish in their threads."""
     workers = min(len(items), threads or DEFAULT_SHARD_THREADS)
     results: dict[int, Any] = {}
     failed: dict[int, BaseException] = {}
+    stop = threading.Event()   # set by the first failure, in its own thread: no item starts after it
+
+    def guarded(item: int) -> Any:
+        if stop.is_set():
+            return _NOT_STARTED
+        try:
+            return call(item)
+        except Exception:
+            if stop_on_failure:
+                stop.set()
+            raise
 
     def settle(item: int, result: Callable[[], Any]) -> None:
         try:
-            results[item] = result()
+            value = result()
         except Exception as exc:   # a shard's attempt is aborted already (run_task_attempt); the others go on
             log.error("%s: %s %s attempt %s failed: %s: %s", name, item_name, item, attempt, type(exc).__name__,
                       exc)
             failed[item] = exc
+            return
+        if value is not _NOT_STARTED:
+            results[item] = value
 
     if workers == 1:
         for item in items:
-            if failed and stop_on_failure:
-                break
-            settle(item, lambda item=item: call(item))
+            settle(item, lambda item=item: guarded(item))
         return results, failed
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name.replace(" ", "-"))
-    try:
-        futures = {item: pool.submit(call, item) for item in items}
-        for item, future in futures.items():
-            settle(item, future.result)
+    futures: dict[Future[Any], int] = {}
+    pending: set[Future[Any]] = set()
+    try:   # an interruption may come while the items are submitted, from one that started already
+        for item in items:
+            future = pool.submit(guarded, item)
+            futures[future] = item
+            pending.add(future)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            for future in sorted(done, key=futures.__getitem__):
+                if not future.cancelled():
+                    settle(futures[future], future.result)
             if failed and stop_on_failure:
-                pool.shutdown(wait=True, cancel_futures=True)
-                break
-    except BaseException:   # Airflow's timeout, a signal: the shards not started yet are not started
-        pool.shutdown(wait=False, cancel_futures=True)
+                pending = {f for f in pending if not f.cancel()}   # the running ones are waited for
+    except BaseException:
+        for future in pending:
+            future.cancel()
+        if on_interrupt is not None:
+            on_interrupt()
+        pool.shutdown(wait=on_interrupt is not None, cancel_futures=True)
         raise
     pool.shutdown()
     return results, failed

@@ -139,7 +139,7 @@ class CommitWriteOperator(CommitBaseOperator):
 
         outcome = run_shards_together(committer, map_index, n, attempt, produce, threads=self.shard_threads,
                                       compression=self.compression, max_rows_per_file=self.max_rows_per_file,
-                                      inputs=inputs)
+                                      fatal=DETERMINISTIC_ERRORS, inputs=inputs)
         summary = {**outcome.to_dict(), "shards_per_task": n, "shard_commit": "together"}
         self.log.info("task %s attempt %s: %s shards committed together: %s (committed attempt %s, application "
                       "attempt %s); %s files, %s rows", map_index, attempt, n, outcome.status,

@@ -301,7 +301,88 @@ def test_shards_that_clash_are_refused_before_anything_commits(cfg, clash):
         else:
             writer.write(pa.table({"x": [1] if shard else ["a"], "day": ["d0"]}))
 
-    match = r"written by two parts \(shards\)" if clash == "name" else "wrote different schemas"
+    match = r"already opened by another part \(shard\)" if clash == "name" else "wrote different schemas"
     with pytest.raises(InvalidOutputSpec, match=match):
         run_shards_together(sc.committer(cfg), 0, SHARDS, 1, produce, threads=1)
     assert ss.committed_tasks({**cfg, "shards": 1}) == set()
+
+
+class _Interrupted(BaseException):
+    """What Airflow's timeout is: a BaseException raised in the task's main thread by a signal handler."""
+
+
+def test_an_interruption_abandons_the_shards_and_aborts_only_once_they_stopped(cfg):
+    """Airflow's timeout fires in the main thread while shard 0 keeps writing (a new one-row file per write):
+    the writer is abandoned, so the shard's next write raises; the interruption is raised only once no shard
+    thread runs, after the attempt's abort, so nothing a shard wrote is left under ``_temporary`` (before, the
+    abort ran while the shard went on writing, and its files outlived the job commit). The retry commits."""
+    import signal
+    import threading
+
+    from airflow_commit_provider.protocol.tasks.writer import AttemptAbandoned
+
+    cfg = together(cfg, shard_threads=2)
+    setup(cfg)
+    stopped, running = [], set()
+
+    def interrupt(signum, frame):
+        raise _Interrupted("timed out")
+
+    def produce(shard, task, writer):
+        running.add(shard)
+        try:
+            write(shard, task, writer)
+        finally:
+            running.discard(shard)
+
+    def write(shard, task, writer):
+        writer.write(sc.task_table(task, 1).slice(0, 1))
+        if shard == 1:
+            return
+        # the timeout, while this shard goes on writing; to the main thread itself, whose wait a signal to the
+        # process may not interrupt when the kernel hands it to another thread
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+        try:
+            for _ in range(10_000):
+                writer.write(sc.task_table(task, 1).slice(0, 1))
+        except AttemptAbandoned:
+            stopped.append(shard)
+            raise
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        with pytest.raises(_Interrupted):
+            run_shards_together(sc.committer(cfg), 0, 2, 1, produce, threads=2, max_rows_per_file=1)
+        assert running == set(), "no shard still runs when the interruption is raised"
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert stopped == [0], "the abandoned writer stopped the shard at its next write"
+    assert not [f for f in sc.all_files(cfg["root"]) if f.endswith(".parquet")], "nothing of the try is left"
+    ss.run_instance({**cfg, "shards": SHARDS}, 0, 2)
+    ss.run_instance({**cfg, "shards": SHARDS}, 1, 1)
+    commit_together(cfg)
+    assert not os.path.exists(os.path.join(cfg["root"], "_temporary"))
+
+
+def test_a_failed_shard_stops_the_shards_not_started_whichever_finishes_first(cfg):
+    """Shard 1 fails at once while shard 0 is still writing (it waits until shard 1 has failed): the shards not
+    started yet (2 and 3, with two threads) never start, although shard 0 ends after shard 1 failed. A
+    deterministic error of one shard is raised over another's transient one (no retry could cure the try)."""
+    import threading
+
+    cfg = together(cfg, shard_threads=2)
+    setup(cfg)
+    ran, failed = [], threading.Event()
+
+    def produce(shard, task, writer):
+        ran.append(shard)
+        if shard == 1:
+            failed.set()
+            raise RuntimeError("transient")
+        assert failed.wait(30)
+        if shard == 0:
+            raise InvalidOutputSpec("a bad specification")
+
+    with pytest.raises(InvalidOutputSpec, match="a bad specification"):
+        run_shards_together(sc.committer(cfg), 0, SHARDS, 1, produce, threads=2, fatal=(InvalidOutputSpec,))
+    assert sorted(ran) == [0, 1], "shards 2 and 3 were never started"

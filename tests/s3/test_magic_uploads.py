@@ -367,3 +367,30 @@ def test_shards_committed_together_on_magic_leave_no_upload_of_a_failed_or_kille
     sc.assert_exactly_once(rows, tasks=4)
     assert {r["attempt"] for r in rows} == {3}
     assert job_uploads(bucket, uuid) == []
+
+
+def test_two_shards_opening_one_name_together_are_refused_before_a_second_upload_starts(bucket):
+    """Two shards committed together open one explicit name at once (4 tries in a row, two threads each). Before,
+    both started an upload and the magic committer's record of the name kept the second: the first stayed pending
+    for ever (its name carries no generation, so no sweep matched it). Now the second open is refused
+    (``InvalidOutputSpec``, not retried) before it starts anything, the try's abort takes the first, and nothing
+    is pending."""
+    import threading
+
+    from airflow_commit_provider.operators.shards import run_shards_together
+    from airflow_commit_provider.protocol import InvalidOutputSpec
+
+    root = f"s3://{bucket}/clash"
+    make(root).setup_job()
+    for attempt in range(1, 5):
+        both = threading.Barrier(2, timeout=30)
+
+        def produce(shard, task, writer):
+            both.wait()   # the two open the name at the same moment
+            with writer.open_file("same.dat") as fh:
+                fh.write(b"x" * 1000)
+
+        with pytest.raises(InvalidOutputSpec, match=r"'same.dat' was already opened by another part \(shard\)"):
+            run_shards_together(make(root), 0, 2, attempt, produce, threads=2)
+    resp = boto3.client("s3").list_multipart_uploads(Bucket=bucket)
+    assert resp.get("Uploads", []) == [], "no upload of the refused tries is left pending"

@@ -7,6 +7,7 @@ across partitions, partition directories ``key=value`` (Hive), partition columns
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate
 from typing import IO, Any
@@ -67,6 +68,9 @@ class TaskAttemptWriter:
         #: per partition, the column statistics of the Parquet files closed so far (:mod:`..audit.stats`)
         self._stats: dict[str, dict[str, list[Any]]] = {}
         self._closed = False
+        #: shared by a writer and its parts (:meth:`part`): the names opened by any of them, and whether the
+        #: attempt was abandoned (:meth:`abandon`)
+        self._shared = _Shared()
 
     @property
     def schema(self) -> pa.Schema | None:
@@ -99,23 +103,27 @@ class TaskAttemptWriter:
         to be used from a thread of its own: its default names extend this writer's with ``s<index:03d>-``, so they
         still begin with the task's prefix (which the protocol finds a task's files by) and no part writes
         another's. Give every part back to :meth:`adopt` once they are closed."""
-        return TaskAttemptWriter(self._target, self.attempt, partition_by=self.partition_by,
+        part = TaskAttemptWriter(self._target, self.attempt, partition_by=self.partition_by,
                                  compression=self.compression, max_rows_per_file=self.max_rows_per_file,
                                  name_prefix=f"{self.name_prefix}s{index:03d}-")
+        part._shared = self._shared
+        return part
+
+    def abandon(self) -> None:
+        """Make this writer and its parts refuse to open or write anything more (:class:`AttemptAbandoned`): the
+        attempt is about to be aborted (an interruption such as Airflow's timeout), and a part still running in
+        another thread must not start a file (or an upload) after the abort looked for them."""
+        with self._shared.lock:
+            self._shared.abandoned = True
 
     def adopt(self, parts: Sequence[TaskAttemptWriter]) -> None:
-        """Take the closed *parts*' files, rows, sizes and statistics as this attempt's. Raises
-        :class:`InvalidOutputSpec`, before anything commits, when two parts wrote one name (one overwrote the
-        other's file) or their Parquet schemas differ (one task's files share one schema, as :meth:`write`
-        keeps them)."""
+        """Take the closed *parts*' files, rows, sizes and statistics as this attempt's (no two parts opened one
+        name: :meth:`open_file` refuses the second). Raises :class:`InvalidOutputSpec`, before anything commits,
+        when their Parquet schemas differ (one task's files share one schema, as :meth:`write` keeps them)."""
         self._check_open()
         for index, part in enumerate(parts):
             if not part._closed:
                 raise InvalidOutputSpec(f"part {index} of this task attempt is still open")
-            twice = sorted(set(part.rows) & set(self.rows))
-            if twice:
-                raise InvalidOutputSpec(f"file(s) {twice[:3]} were written by two parts (shards) of one task "
-                                        "attempt: give each shard names of its own (or leave names to the writer)")
             if part._schema is not None:
                 if self._schema is None:
                     self._schema = part._schema
@@ -151,8 +159,14 @@ class TaskAttemptWriter:
             rel = f"{part}/{rel}"
         if rel in self.rows:
             raise InvalidOutputSpec(f"file {rel!r} was already written by this task attempt")
-        self.rows[rel] = None
-        return self._open_raw(rel)
+        with self._shared.lock:   # checked and taken at once: two parts opening one name never both start it
+            self._check_open()
+            if rel in self._shared.names:
+                raise InvalidOutputSpec(f"file {rel!r} was already opened by another part (shard) of this task "
+                                        "attempt: give each shard names of its own (or leave names to the writer)")
+            self._shared.names.add(rel)
+            self.rows[rel] = None
+            return self._open_raw(rel)
 
     # ------------------------------------------------------------------ parquet
     def write(self, data: pa.Table | pa.RecordBatch | Iterable[pa.Table | pa.RecordBatch]) -> int:
@@ -208,7 +222,10 @@ class TaskAttemptWriter:
     def _writer_for(self, part: str) -> tuple[str, IO[bytes], pq.ParquetWriter, int]:
         if part not in self._open:
             rel = f"{part}/{self._parquet_name()}" if part else self._parquet_name()
-            fh = self._open_raw(rel)
+            with self._shared.lock:   # a default name is this part's own; the lock orders it with abandon()
+                self._check_open()
+                self._shared.names.add(rel)
+                fh = self._open_raw(rel)
             assert self._schema is not None
             writer = pq.ParquetWriter(fh, self._schema, compression=self.compression)
             self._open[part] = (rel, fh, writer, 0)
@@ -228,6 +245,8 @@ class TaskAttemptWriter:
     def _check_open(self) -> None:
         if self._closed:
             raise InvalidOutputSpec("this task attempt writer is closed")
+        if self._shared.abandoned:
+            raise AttemptAbandoned("this task attempt was abandoned (interrupted); it is being aborted")
 
     def close(self) -> dict[str, int | None]:
         """Close every open file; returns :attr:`rows`."""
@@ -242,6 +261,19 @@ class TaskAttemptWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class AttemptAbandoned(RuntimeError):
+    """Raised by a writer (or a part of it) once its attempt was abandoned (:meth:`TaskAttemptWriter.abandon`)."""
+
+
+class _Shared:
+    """What a writer and its parts share: the names opened by any of them and the abandoned flag, under a lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.names: set[str] = set()
+        self.abandoned = False
 
 
 def _split_by_partition(table: pa.Table, keys: tuple[str, ...]) -> Iterator[tuple[str, pa.Table]]:
