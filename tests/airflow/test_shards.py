@@ -158,7 +158,7 @@ def test_a_job_commit_refuses_a_shards_per_task_changed_since_the_setup(tmp_path
     after the DAG changed N (the setup and the writes ran before the edit, the commit after it: a retry, a queue)
     would commit the wrong tasks. From N=2 to 1 it committed half of them (the others' rows silently left out, and
     ``success``). It refuses, naming both values, with nothing committed; restored, the commit takes every row. So
-    does a change of ``shard_commit`` (the same N numbers the tasks otherwise)."""
+    does a change of ``shard_commit`` (the same N numbers the tasks otherwise), and a late try after the commit."""
     from datetime import datetime
 
     import pyarrow as pa
@@ -192,6 +192,10 @@ def test_a_job_commit_refuses_a_shards_per_task_changed_since_the_setup(tmp_path
     assert not (tmp_path / "out" / "_SUCCESS").exists() and sc.read_rows(root) == []
     commits[0].execute(context)
     assert sorted(r["x"] for r in sc.read_rows(root)) == list(range(written))
+    # a late try after the commit is held to the committed generation's shards too: it would report other task
+    # instances' records under its task numbers
+    with pytest.raises(AirflowFailException, match=rf"was set up with shards_per_task={n_before}\b"):
+        commits[1].execute(context)
 
 
 @pytest.mark.parametrize("dag_id", ["sh_tables", "sh_tables_together"])
@@ -336,3 +340,54 @@ def test_a_bad_shard_commit_is_refused_naming_it():
         commit_stage("s", target="/tmp/x", python_callable=rows, shards_per_task=2, shard_commit="both")
     with pytest.raises(InvalidOutputSpec, match=r"shard_commit=None"):
         commit_stage_task(target="/tmp/x", shards_per_task=2, shard_commit=None)(rows)
+
+
+def test_a_keyed_job_whose_shards_changed_is_refused_with_advice_that_works(tmp_path):
+    """A job fixed by ``job_key`` fails with its shards committed together (the teardown keeps instance 0); the DAG
+    is edited to commit them each alone. A new run is the same job, so the refusal's advice cannot be "a new run":
+    it names the purge command. Followed as printed (the real command line), the next run's setup passes and its
+    commit takes every row once."""
+    import shlex
+    import subprocess
+    import sys
+    from datetime import datetime
+
+    import pyarrow as pa
+
+    from airflow_commit_provider.operators import CommitAbortOperator, CommitJobOperator, CommitSetupOperator
+    from airflow_commit_provider.protocol import run_task_attempt
+
+    root = str(tmp_path / "out")
+
+    def stage(how):
+        common = {"target": root, "job_name": "s", "mode": "append", "job_key": "2024-01-01",
+                  "shards_per_task": 2, "shard_commit": how}
+        with DAG("sh_keyed", schedule=None, start_date=datetime(2024, 1, 1), catchup=False) as dag:
+            ops = (CommitSetupOperator(task_id="setup", **common), CommitJobOperator(task_id="commit",
+                   expected_tasks=1, **common), CommitAbortOperator(task_id="abort", **common))
+        return dag, ops
+
+    dag, (setup, _, abort) = stage("together")
+    first = {"dag": dag, "run_id": "r1"}
+    committer = setup.committer(first)
+    committer.setup_job()
+    run_task_attempt(committer, 0, 1, lambda w: w.write(pa.table({"x": [0, 1]})))
+    assert abort.committer(first).abort_job(keep_committed=True)["kept_committed_tasks"] == [0]
+
+    dag, (setup, commit, _) = stage("each")
+    second = {"dag": dag, "run_id": "r2"}   # a new run: the same job
+    with pytest.raises(InvalidOutputSpec, match=r"job_key '2024-01-01' makes every run of it this job\), or purge "
+                                                r"this job.*: airflow-commit abort ") as refused:
+        setup._check_shards(setup.committer(second), before_setup=True)
+    command = shlex.split(str(refused.value).rsplit(": ", 1)[1])
+    assert command[0] == "airflow-commit"
+    done = subprocess.run([sys.executable, "-m", "airflow_commit_provider.cli", *command[1:]], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    setup._check_shards(setup.committer(second), before_setup=True)
+    committer = setup.committer(second)
+    committer.setup_job()
+    for task in (0, 1):
+        run_task_attempt(committer, task, 1, lambda w, t=task: w.write(pa.table({"x": [t]})))
+    commit.execute(second)
+    assert sorted(r["x"] for r in sc.read_rows(root)) == [0, 1], "the purged rows are gone, the new run's once"

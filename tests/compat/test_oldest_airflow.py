@@ -87,7 +87,7 @@ MAIN_AIRFLOW_ONLY = (
     "test_job_identity.py::test_two_keys_that_read_alike_keep_their_rows_in_one_append_target",
 )
 #: what tests/airflow needs besides the package
-TEST_DEPS = ["pytest", "pytest-timeout", "moto[server]", "hypothesis", "duckdb", "build"]
+TEST_DEPS = ["pytest", "pytest-timeout", "pytest-xdist", "moto[server]", "hypothesis", "duckdb", "build"]
 
 
 def _run(cmd, **kw) -> subprocess.CompletedProcess:
@@ -119,7 +119,9 @@ def venv(tmp_path_factory) -> Path:
     if CONSTRAINTS is not None and not CONSTRAINTS.is_file():
         pytest.fail(f"no constraints file {CONSTRAINTS} for Airflow {AIRFLOW}: set COMMIT_COMPAT_CONSTRAINTS to one, "
                     "or to 'none' for pip's own resolution", pytrace=False)
-    key = "unconstrained" if CONSTRAINTS is None else hashlib.sha256(CONSTRAINTS.read_bytes()).hexdigest()[:12]
+    # the constraints and the test dependencies: a cached venv without one of them is another venv
+    key = "unconstrained" if CONSTRAINTS is None else hashlib.sha256(
+        CONSTRAINTS.read_bytes() + " ".join(TEST_DEPS).encode()).hexdigest()[:12]
     pins = UNCONSTRAINED_PINS if CONSTRAINTS is None else ["-c", CONSTRAINTS]
     base = Path(os.environ.get("COMMIT_COMPAT_VENV", Path.home() / ".cache" / "airflow-commit-provider"))
     venv = base / f"airflow-{AIRFLOW}-{key}"
@@ -151,7 +153,8 @@ def venv(tmp_path_factory) -> Path:
 @pytest.mark.timeout(3600)
 def test_dag_test_suite_and_plugin_tests_on_the_oldest_airflow(venv):
     t0 = time.monotonic()
-    proc = subprocess.run([venv / "bin" / "python", "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+    # two workers: the longest test of the suite, it is what CI waits for last once the others have ended
+    proc = subprocess.run([venv / "bin" / "python", "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-n", "2",
                            # OpenLineage's events and the Delta/Iceberg stages are checked on the main Airflow
                            # (neither the openlineage provider nor deltalake/pyiceberg is in this venv's
                            # constraints)
