@@ -188,7 +188,7 @@ class CommitBaseOperator(BaseOperator):
             log = committer.job.commit_log()
             if log is not None:
                 check_job_shards(log.manifest.get("labels") or {}, self.shards_per_task, self.shard_commit,
-                                 committer.job_id, f"{type(self).__name__} {self.task_id!r}")
+                                 committer.job_id, f"{type(self).__name__} {self.task_id!r}", committed=True)
             return
         if record is None:
             return

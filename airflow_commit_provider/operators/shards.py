@@ -19,12 +19,14 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
 from ..protocol import FileOutputCommitter, InvalidOutputSpec, TaskAttemptWriter, TaskOutcome, run_task_attempt
+from ..protocol.tasks.writer import AttemptAbandoned
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,10 @@ log = logging.getLogger(__name__)
 SHARD_KWARGS = ("shard_index", "shards_per_task", "task_number")
 #: Shards run at once in one task instance unless ``shard_threads`` says otherwise.
 DEFAULT_SHARD_THREADS = 4
+#: how long an interrupted try waits for its running shards to stop (they stop at their next write) before it
+#: raises anyway: Airflow's timeout must end a try whose shard is stuck in its own code; what such a straggler
+#: writes afterwards may outlive the try (files under its attempt, for ``airflow-commit gc``; on S3 an upload)
+INTERRUPT_GRACE = 30.0
 #: How a task instance's shards commit (``shard_commit``): ``"each"`` (the default), each shard a protocol task of
 #: its own, committed and recovered alone; ``"together"``, the task instance one protocol task whose shards write
 #: side by side and commit in one record (:func:`run_shards_together`).
@@ -89,20 +95,25 @@ def check_shard_callable(func: Callable[..., Any] | None, shards_per_task: int, 
 
 
 def check_job_shards(labels: Mapping[str, Any], shards_per_task: int, shard_commit: str, job_id: str,
-                     owner: str, purge: str | None = None) -> None:
+                     owner: str, purge: str | None = None, committed: bool = False) -> None:
     """Refuse a write whose ``shards_per_task`` or ``shard_commit`` differs from what the job was set up with (its
     record's *labels*, :func:`shard_labels`; nothing, as every unsharded and earlier job): tasks are numbered by
     them, so a retry or a re-run after the DAG changed them would find other task instances' shards committed under
     its task numbers and "recover" them, and the job commit would then count the wrong tasks: rows silently lost
     or taken twice. A task instance whose shards commit together, recovered after its number of shards changed,
     would pass for one that wrote every shard. *purge*: the command that purges the job, which the advice names
-    for a job whose ``job_key`` makes every run of it this job (a new run is no way out there)."""
+    for a job whose ``job_key`` makes every run of it this job (a new run is no way out there). *committed*: the
+    *labels* are the committed generation's, and the try comes after its commit (nothing to purge: a new run
+    commits under the new values, a new generation of a keyed job)."""
     recorded = {k: labels[k] for k in ("shards_per_task", "shards_in_task") if k in labels}
     if recorded == shard_labels(shards_per_task, shard_commit):
         return
     was = recorded.get("shards_per_task") or recorded.get("shards_in_task") or 1
     how = "together" if "shards_in_task" in recorded else "each"
-    if "job_key" in labels:
+    if committed:
+        way_out = ("this try comes after the job committed with them: restore them for its late tries, or run "
+                   "the DAG again (a new run commits under the new values)")
+    elif "job_key" in labels:
         way_out = (f"restore them, or start another job: another job_key (job_key {labels['job_key']!r} makes every "
                    f"run of it this job), or purge this job, after which its next run computes every task under "
                    f"the new values: {purge or 'airflow-commit abort <target> --job ' + job_id + ' --purge'}")
@@ -202,7 +213,7 @@ def run_shards(committer: Callable[[], FileOutputCommitter], map_index: int, sha
 def run_shards_together(committer: FileOutputCommitter, map_index: int, shards_per_task: int, attempt: int,
                         produce: ShardProduce, *, threads: int | None = None, compression: str = "snappy",
                         max_rows_per_file: int | None = None, fatal: tuple[type[BaseException], ...] = (),
-                        inputs: str | None = None) -> TaskOutcome:
+                        inputs: str | None = None, interrupt_grace: float = INTERRUPT_GRACE) -> TaskOutcome:
     """Attempt *attempt* of task instance *map_index* as **one** protocol task (task number *map_index*) whose
     files its *shards_per_task* shards write side by side (``shard_commit="together"``), at most *threads* at once.
 
@@ -212,10 +223,12 @@ def run_shards_together(committer: FileOutputCommitter, map_index: int, shards_p
     per file approach the data's own (the per-task reads, claim, record and job commit read are paid once per task
     instance, not once per shard); the price is that a try that fails in one shard writes every shard again.
 
-    The first failure stops the shards not started yet; once the running ones have ended, the attempt is aborted
-    and a *fatal* failure (no retry cures it) is raised if any shard had one, else the first. An interruption
-    (Airflow's timeout, a signal) abandons the writer, so the running shards stop at their next write, and is
-    raised only once they have: nothing a shard opens can outlive the attempt's abort.
+    The first failure stops the shards not started yet and abandons the writer, so the running ones stop at their
+    next write; once they have ended, the attempt is aborted and a *fatal* failure (no retry cures it) is raised if
+    any shard had one, else the first. An interruption (Airflow's timeout, a signal) abandons the writer too and is
+    raised once the running shards have stopped, after the abort, so that nothing a shard writes outlives it; a
+    shard that does not stop within *interrupt_grace* seconds (stuck in its own code) is left behind, so that the
+    timeout still ends the try.
     *produce(shard_index, task_number, writer)* as for :func:`run_shards`: *task_number* (``map_index * N +
     shard``) still tells the shards of the whole stage apart, although only *map_index* is a protocol task.
     """
@@ -229,8 +242,9 @@ def run_shards_together(committer: FileOutputCommitter, map_index: int, shards_p
                 produce(shard, map_index * shards_per_task + shard, parts[shard])
 
         _results, failed = _in_pool(shards, one, threads, f"task instance {map_index}", "shard", attempt,
-                                    stop_on_failure=True, on_interrupt=writer.abandon)
-        if failed:
+                                    stop_on_failure=True, on_interrupt=writer.abandon, grace=interrupt_grace)
+        if failed:   # the shards a failure abandoned say so; the failure itself is what the try fails with
+            failed = {s: e for s, e in failed.items() if not isinstance(e, AttemptAbandoned)} or failed
             raise next((failed[s] for s in sorted(failed) if isinstance(failed[s], fatal)), failed[min(failed)])
         writer.adopt(parts)
 
@@ -238,19 +252,37 @@ def run_shards_together(committer: FileOutputCommitter, map_index: int, shards_p
                             max_rows_per_file=max_rows_per_file, inputs=inputs)
 
 
+def _wait_running(futures: set[Future[Any]], grace: float) -> None:
+    """Wait up to *grace* seconds for the running *futures*, through any further interruption (a second Ctrl-C):
+    the first one is what the caller raises, once they stopped or the grace ran out."""
+    deadline = time.monotonic() + grace
+    running = {f for f in futures if not f.cancelled()}
+    while running:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            log.warning("%s shard(s) still running %.0f s after the interruption are left behind", len(running),
+                        grace)
+            return
+        try:
+            _done, running = wait(running, timeout=left)
+        except BaseException:   # noqa: BLE001 - the first interruption is raised once the shards stopped
+            continue
+
+
 #: what an item the pool did not start (a failure came first) returns
 _NOT_STARTED = object()
 
 
 def _in_pool(items: range, call: Callable[[int], Any], threads: int | None, name: str, item_name: str,
-             attempt: int, *, stop_on_failure: bool, on_interrupt: Callable[[], None] | None = None
-             ) -> tuple[dict[int, Any], dict[int, BaseException]]:
+             attempt: int, *, stop_on_failure: bool, on_interrupt: Callable[[], None] | None = None,
+             grace: float = INTERRUPT_GRACE) -> tuple[dict[int, Any], dict[int, BaseException]]:
     """``call(item)`` for every item, at most *threads* at once (``min(len(items), DEFAULT_SHARD_THREADS)`` by
     default; 1: in order in this thread): the results and the exceptions, by item. *stop_on_failure*: once one
     failed (whichever finishes first), the items not started yet are not started. An interruption (Airflow's
     timeout, a signal, or a shard's own ``SystemExit``) cancels the items not started and propagates; with
-    *on_interrupt*, that is called first and the running items are waited for (they must stop on their own),
-    without it they are left to finish in their threads."""
+    *on_interrupt* (also called on the first failure when *stop_on_failure*), that is called first and the running
+    items are waited for, up to *grace* seconds, whatever further interruption comes meanwhile; without it they
+    are left to finish in their threads."""
     workers = min(len(items), threads or DEFAULT_SHARD_THREADS)
     results: dict[int, Any] = {}
     failed: dict[int, BaseException] = {}
@@ -296,12 +328,15 @@ def _in_pool(items: range, call: Callable[[int], Any], threads: int | None, name
                     settle(futures[future], future.result)
             if failed and stop_on_failure:
                 pending = {f for f in pending if not f.cancel()}   # the running ones are waited for
+                if on_interrupt is not None:
+                    on_interrupt()
     except BaseException:
         for future in pending:
             future.cancel()
         if on_interrupt is not None:
             on_interrupt()
-        pool.shutdown(wait=on_interrupt is not None, cancel_futures=True)
+            _wait_running(pending, grace)
+        pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
     return results, failed

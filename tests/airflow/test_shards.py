@@ -39,6 +39,12 @@ def calls(dag_id: str) -> Counter:
     return Counter((int(task), int(tr)) for d, _, _, task, tr in map(str.split, lines) if d == dag_id)
 
 
+def fail_tries(dag_id: str, task: int, tries: tuple[int, ...]) -> None:
+    """Make those tries of shard (protocol task number) *task* of *dag_id* fail (``shard_test_dags``)."""
+    for tr in tries:
+        (TEST_WORK / f"fail-{dag_id}-{task}-{tr}").touch()
+
+
 def states(dr) -> dict[str, tuple[str, int]]:
     from airflow.utils.session import create_session
 
@@ -194,7 +200,8 @@ def test_a_job_commit_refuses_a_shards_per_task_changed_since_the_setup(tmp_path
     assert sorted(r["x"] for r in sc.read_rows(root)) == list(range(written))
     # a late try after the commit is held to the committed generation's shards too: it would report other task
     # instances' records under its task numbers
-    with pytest.raises(AirflowFailException, match=rf"was set up with shards_per_task={n_before}\b"):
+    with pytest.raises(AirflowFailException, match=rf"was set up with shards_per_task={n_before}\b.*this try comes "
+                       r"after the job committed with them: restore them .*or run the DAG again"):
         commits[1].execute(context)
 
 
@@ -257,8 +264,7 @@ def test_a_sharded_run_that_failed_then_was_cleared_recovers_the_committed_shard
 
     when = datetime(2024, 5, 1, tzinfo=timezone.utc)
     failing = 1 * SHARDS + 2
-    for tr in (1, 2):
-        (TEST_WORK / f"fail-{dag_id}-{failing}-{tr}").touch()
+    fail_tries(dag_id, failing, (1, 2))
     dr = getattr(dags, dag_id).test(logical_date=when, run_after=when)
     st = states(dr)
     write = "write" if dag_id == "sh_operator" else "load"
@@ -299,9 +305,8 @@ def test_shards_committed_together_retry_their_task_instance_whole_and_a_clear_r
     from datetime import datetime, timezone
 
     when = datetime(2024, 5, 2, tzinfo=timezone.utc)
-    (TEST_WORK / f"fail-{dag_id}-1-1").touch()
-    for tr in (1, 2):
-        (TEST_WORK / f"fail-{dag_id}-10-{tr}").touch()
+    fail_tries(dag_id, 1, (1,))
+    fail_tries(dag_id, 10, (1, 2))
     dr = getattr(dags, dag_id).test(logical_date=when, run_after=when)
     st = states(dr)
     write = "write.write" if dag_id == "sh_together_operator" else "load_together.write"

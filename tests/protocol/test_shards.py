@@ -316,17 +316,12 @@ def test_an_interruption_abandons_the_shards_and_aborts_only_once_they_stopped(c
     the writer is abandoned, so the shard's next write raises; the interruption is raised only once no shard
     thread runs, after the attempt's abort, so nothing a shard wrote is left under ``_temporary`` (before, the
     abort ran while the shard went on writing, and its files outlived the job commit). The retry commits."""
-    import signal
-    import threading
 
     from airflow_commit_provider.protocol.tasks.writer import AttemptAbandoned
 
     cfg = together(cfg, shard_threads=2)
     setup(cfg)
     stopped, running = [], set()
-
-    def interrupt(signum, frame):
-        raise _Interrupted("timed out")
 
     def produce(shard, task, writer):
         running.add(shard)
@@ -339,9 +334,7 @@ def test_an_interruption_abandons_the_shards_and_aborts_only_once_they_stopped(c
         writer.write(sc.task_table(task, 1).slice(0, 1))
         if shard == 1:
             return
-        # the timeout, while this shard goes on writing; to the main thread itself, whose wait a signal to the
-        # process may not interrupt when the kernel hands it to another thread
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+        _timeout_now()   # while this shard goes on writing
         try:
             for _ in range(10_000):
                 writer.write(sc.task_table(task, 1).slice(0, 1))
@@ -349,13 +342,12 @@ def test_an_interruption_abandons_the_shards_and_aborts_only_once_they_stopped(c
             stopped.append(shard)
             raise
 
-    previous = signal.signal(signal.SIGUSR1, interrupt)
-    try:
+    def run():
         with pytest.raises(_Interrupted):
             run_shards_together(sc.committer(cfg), 0, 2, 1, produce, threads=2, max_rows_per_file=1)
         assert running == set(), "no shard still runs when the interruption is raised"
-    finally:
-        signal.signal(signal.SIGUSR1, previous)
+
+    _interrupting(run)
     assert stopped == [0], "the abandoned writer stopped the shard at its next write"
     assert not [f for f in sc.all_files(cfg["root"]) if f.endswith(".parquet")], "nothing of the try is left"
     ss.run_instance({**cfg, "shards": SHARDS}, 0, 2)
@@ -386,3 +378,112 @@ def test_a_failed_shard_stops_the_shards_not_started_whichever_finishes_first(cf
     with pytest.raises(InvalidOutputSpec, match="a bad specification"):
         run_shards_together(sc.committer(cfg), 0, SHARDS, 1, produce, threads=2, fatal=(InvalidOutputSpec,))
     assert sorted(ran) == [0, 1], "shards 2 and 3 were never started"
+
+
+def _interrupting(test):
+    """Run *test* with SIGUSR1 raising :class:`_Interrupted` in the main thread (Airflow's timeout)."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise _Interrupted("timed out")
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        return test()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def _timeout_now() -> None:
+    """Airflow's timeout, now: to the main thread itself, whose wait a signal to the process may not interrupt
+    when the kernel hands it to another thread."""
+    import signal
+    import threading
+
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+
+
+def test_a_shard_streaming_into_a_raw_file_stops_at_its_next_write_after_an_interruption(cfg):
+    """A shard writing a file of its own (``open_file``) chunk by chunk: once interrupted, its next ``write``
+    raises, so the interruption ends the try at once and nothing of it is left."""
+    from airflow_commit_provider.protocol.tasks.writer import AttemptAbandoned
+
+    cfg = together(cfg, shard_threads=2)
+    setup(cfg)
+    stopped = []
+
+    def produce(shard, task, writer):
+        with writer.open_file(extension="bin") as fh:
+            fh.write(b"x")
+            if shard == 0:
+                _timeout_now()
+                try:
+                    for _ in range(1_000_000):
+                        fh.write(b"x" * 100)
+                except AttemptAbandoned:
+                    stopped.append(shard)
+                    raise
+
+    def run():
+        with pytest.raises(_Interrupted):
+            run_shards_together(sc.committer(cfg), 0, 2, 1, produce, threads=2)
+
+    _interrupting(run)
+    assert stopped == [0]
+    assert not [f for f in sc.all_files(cfg["root"]) if f.endswith(".bin")], "nothing of the try is left"
+
+
+def test_an_interruption_waits_for_a_stuck_shard_only_its_grace(cfg):
+    """A shard stuck in its own code (it never calls the writer) cannot be stopped: the interruption is raised
+    once the grace has run out, with the shard still running, so Airflow's timeout still ends the try."""
+    import threading
+
+    cfg = together(cfg, shard_threads=2)
+    setup(cfg)
+    release, raised = threading.Event(), []
+
+    def produce(shard, task, writer):
+        if shard == 0:
+            _timeout_now()
+            assert release.wait(60)
+        else:
+            writer.write(sc.task_table(task, 1))
+
+    def run():
+        with pytest.raises(_Interrupted):
+            run_shards_together(sc.committer(cfg), 0, 2, 1, produce, threads=2, interrupt_grace=0.5)
+        raised.append(not release.is_set())
+
+    try:
+        _interrupting(run)
+    finally:
+        release.set()
+    assert raised == [True], "raised while the stuck shard still ran"
+
+
+def test_a_failed_shard_abandons_the_running_ones_and_its_own_error_fails_the_try(cfg):
+    """Shard 1 fails while shard 0 writes on: the writer is abandoned, so shard 0 stops at its next write instead
+    of running to its end, and the try fails with shard 1's error, not with the abandonment it caused."""
+    import threading
+
+    from airflow_commit_provider.protocol.tasks.writer import AttemptAbandoned
+
+    cfg = together(cfg, shard_threads=2)
+    setup(cfg)
+    started, stopped = threading.Event(), []
+
+    def produce(shard, task, writer):
+        if shard == 1:
+            assert started.wait(30)
+            raise RuntimeError("shard 1 failed")
+        started.set()
+        try:
+            for _ in range(100_000):
+                writer.write(sc.task_table(task, 1).slice(0, 1))
+        except AttemptAbandoned:
+            stopped.append(shard)
+            raise
+
+    with pytest.raises(RuntimeError, match="shard 1 failed"):
+        run_shards_together(sc.committer(cfg), 0, 2, 1, produce, threads=2, max_rows_per_file=1000)
+    assert stopped == [0]

@@ -71,6 +71,8 @@ class TaskAttemptWriter:
         #: shared by a writer and its parts (:meth:`part`): the names opened by any of them, and whether the
         #: attempt was abandoned (:meth:`abandon`)
         self._shared = _Shared()
+        #: a part's raw files (:meth:`open_file`) refuse writes once the attempt is abandoned
+        self._is_part = False
 
     @property
     def schema(self) -> pa.Schema | None:
@@ -107,14 +109,14 @@ class TaskAttemptWriter:
                                  compression=self.compression, max_rows_per_file=self.max_rows_per_file,
                                  name_prefix=f"{self.name_prefix}s{index:03d}-")
         part._shared = self._shared
+        part._is_part = True
         return part
 
     def abandon(self) -> None:
-        """Make this writer and its parts refuse to open or write anything more (:class:`AttemptAbandoned`): the
-        attempt is about to be aborted (an interruption such as Airflow's timeout), and a part still running in
-        another thread must not start a file (or an upload) after the abort looked for them."""
-        with self._shared.lock:
-            self._shared.abandoned = True
+        """Make this writer, its parts and their raw files refuse to open or write anything more
+        (:class:`AttemptAbandoned`): the attempt is about to be aborted (an interruption such as Airflow's timeout,
+        or another shard's failure), and a part still running in another thread stops at its next call."""
+        self._shared.abandoned = True
 
     def adopt(self, parts: Sequence[TaskAttemptWriter]) -> None:
         """Take the closed *parts*' files, rows, sizes and statistics as this attempt's (no two parts opened one
@@ -160,13 +162,13 @@ class TaskAttemptWriter:
         if rel in self.rows:
             raise InvalidOutputSpec(f"file {rel!r} was already written by this task attempt")
         with self._shared.lock:   # checked and taken at once: two parts opening one name never both start it
-            self._check_open()
             if rel in self._shared.names:
                 raise InvalidOutputSpec(f"file {rel!r} was already opened by another part (shard) of this task "
                                         "attempt: give each shard names of its own (or leave names to the writer)")
             self._shared.names.add(rel)
-            self.rows[rel] = None
-            return self._open_raw(rel)
+        self.rows[rel] = None
+        fh = self._open_raw(rel)   # outside the lock: on S3 an open is a request, and parts open side by side
+        return _Guarded(fh, self._shared) if self._is_part else fh
 
     # ------------------------------------------------------------------ parquet
     def write(self, data: pa.Table | pa.RecordBatch | Iterable[pa.Table | pa.RecordBatch]) -> int:
@@ -222,10 +224,8 @@ class TaskAttemptWriter:
     def _writer_for(self, part: str) -> tuple[str, IO[bytes], pq.ParquetWriter, int]:
         if part not in self._open:
             rel = f"{part}/{self._parquet_name()}" if part else self._parquet_name()
-            with self._shared.lock:   # a default name is this part's own; the lock orders it with abandon()
-                self._check_open()
-                self._shared.names.add(rel)
-                fh = self._open_raw(rel)
+            self._check_open()   # a default name is this part's own: no other part takes it
+            fh = self._open_raw(rel)
             assert self._schema is not None
             writer = pq.ParquetWriter(fh, self._schema, compression=self.compression)
             self._open[part] = (rel, fh, writer, 0)
@@ -268,12 +268,36 @@ class AttemptAbandoned(RuntimeError):
 
 
 class _Shared:
-    """What a writer and its parts share: the names opened by any of them and the abandoned flag, under a lock."""
+    """What a writer and its parts share: the names opened by any of them (under the lock) and the abandoned
+    flag."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.names: set[str] = set()
         self.abandoned = False
+
+
+class _Guarded:
+    """A part's raw file (:meth:`TaskAttemptWriter.open_file`): the file itself, but a write after the attempt was
+    abandoned raises :class:`AttemptAbandoned`, so a shard streaming into it stops there as well."""
+
+    def __init__(self, fh: IO[bytes], shared: _Shared) -> None:
+        self._fh = fh
+        self._shared = shared
+
+    def write(self, data: Any) -> int:
+        if self._shared.abandoned:
+            raise AttemptAbandoned("this task attempt was abandoned (interrupted); it is being aborted")
+        return self._fh.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fh, name)
+
+    def __enter__(self) -> _Guarded:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._fh.close()
 
 
 def _split_by_partition(table: pa.Table, keys: tuple[str, ...]) -> Iterator[tuple[str, pa.Table]]:
