@@ -317,7 +317,6 @@ def test_an_interruption_abandons_the_shards_and_aborts_only_once_they_stopped(c
     thread runs, after the attempt's abort, so nothing a shard wrote is left under ``_temporary`` (before, the
     abort ran while the shard went on writing, and its files outlived the job commit). The retry commits."""
 
-    from airflow_commit_provider.protocol.tasks.writer import AttemptAbandoned
 
     cfg = together(cfg, shard_threads=2)
     setup(cfg)
@@ -335,12 +334,7 @@ def test_an_interruption_abandons_the_shards_and_aborts_only_once_they_stopped(c
         if shard == 1:
             return
         _timeout_now()   # while this shard goes on writing
-        try:
-            for _ in range(10_000):
-                writer.write(sc.task_table(task, 1).slice(0, 1))
-        except AttemptAbandoned:
-            stopped.append(shard)
-            raise
+        _write_until_abandoned(writer, task, shard, stopped, 10_000)
 
     def run():
         with pytest.raises(_Interrupted):
@@ -392,6 +386,18 @@ def _interrupting(test):
         return test()
     finally:
         signal.signal(signal.SIGUSR1, previous)
+
+
+def _write_until_abandoned(writer, task: int, shard: int, stopped: list, most: int) -> None:
+    """One-row writes, at most *most*, until the writer is abandoned: then *shard* goes into *stopped*."""
+    from airflow_commit_provider.protocol.tasks.writer import AttemptAbandoned
+
+    try:
+        for _ in range(most):
+            writer.write(sc.task_table(task, 1).slice(0, 1))
+    except AttemptAbandoned:
+        stopped.append(shard)
+        raise
 
 
 def _timeout_now() -> None:
@@ -466,7 +472,6 @@ def test_a_failed_shard_abandons_the_running_ones_and_its_own_error_fails_the_tr
     of running to its end, and the try fails with shard 1's error, not with the abandonment it caused."""
     import threading
 
-    from airflow_commit_provider.protocol.tasks.writer import AttemptAbandoned
 
     cfg = together(cfg, shard_threads=2)
     setup(cfg)
@@ -477,12 +482,7 @@ def test_a_failed_shard_abandons_the_running_ones_and_its_own_error_fails_the_tr
             assert started.wait(30)
             raise RuntimeError("shard 1 failed")
         started.set()
-        try:
-            for _ in range(100_000):
-                writer.write(sc.task_table(task, 1).slice(0, 1))
-        except AttemptAbandoned:
-            stopped.append(shard)
-            raise
+        _write_until_abandoned(writer, task, shard, stopped, 100_000)
 
     with pytest.raises(RuntimeError, match="shard 1 failed"):
         run_shards_together(sc.committer(cfg), 0, 2, 1, produce, threads=2, max_rows_per_file=1000)
