@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 
 from . import records
 from .config import CommitConfig, RunOwner
@@ -27,7 +27,7 @@ from .errors import (
     JobNotSetUp,
     OverlappingRun,
 )
-from .layout import ABORT_RECORD, TEMPORARY, TRASH, JobLayout, check_job_id, task_name
+from .layout import ABORT_RECORD, TEMPORARY, TRASH, JobLayout, check_job_id, task_record_names
 from .ledger import AttemptLedger
 from .modes import Mode
 from .owners import not_owned
@@ -190,26 +190,49 @@ class Job:
         rec = TaskCommitRecord.read(self.store, self.layout.task_record(app, task))
         return rec if rec is not None and rec.job_uuid == job_uuid else None
 
-    def task_records(self, app: int, tasks: Sequence[int], job_uuid: str) -> dict[int, TaskCommitRecord]:
+    def task_records(self, app: int, tasks: Sequence[int], job_uuid: str,
+                     listed: Container[str] | None = None) -> dict[int, TaskCommitRecord]:
         """:meth:`task_record` of each of *tasks* (those that have one of generation *job_uuid*), as job commit reads
         them: in :attr:`commit_threads` runs of every n-th task, one pool task per run (a local record reads in
         microseconds: a pool task per record cost more than the read), each run one
-        :meth:`~.stores.Store.read_in_dir` of the records' directory, all parsed at once when all are read
-        (:meth:`~.records.task.TaskCommitRecord.from_json_many`)."""
+        :meth:`~.stores.Store.read_in_dir` of the records' directory, decoded at once when all are read
+        (:meth:`~.records.task.TaskCommitRecord.decode_many`). Each record is read with one read where the store
+        :attr:`~.stores.Store.cuts_first_reads`; when they do not all decode at once, they are read again whole and
+        decoded one by one, which names a record that is wrong (a read cut short is not a damaged record).
+        *listed*: the names a listing of the directory found (job commit makes one anyway): the other tasks'
+        records are not opened."""
         directory = self.layout.commits_dir(app)
-        names = [f"{task_name(task)}.json" for task in tasks]
+        names = task_record_names(tasks)
+        if listed is not None:
+            there = [i for i, name in enumerate(names) if name in listed]
+            if len(there) < len(names):
+                tasks, names = [tasks[i] for i in there], [names[i] for i in there]
+        data = self._read_records(directory, names, whole=not self.store.cuts_first_reads)
+        found = [i for i, raw in enumerate(data) if raw is not None]
+        got, of = [data[i] for i in found], [tasks[i] for i in found]
+        recs = TaskCommitRecord.decode_many(got, of)  # type: ignore[arg-type]
+        if recs is None:
+            if self.store.cuts_first_reads:
+                data = self._read_records(directory, names, whole=True)
+                found = [i for i, raw in enumerate(data) if raw is not None]
+                got, of = [data[i] for i in found], [tasks[i] for i in found]
+            recs = TaskCommitRecord.from_json_many(got, of,  # type: ignore[arg-type]
+                                                   lambda k: self.store.url(f"{directory}/{names[found[k]]}"))
+        return {task: rec for task, rec in zip(of, recs) if rec.job_uuid == job_uuid}
+
+    def _read_records(self, directory: str, names: Sequence[str], whole: bool) -> list[bytes | None]:
+        """The files *names* of *directory*, in :attr:`commit_threads` runs (:meth:`task_records`)."""
         data: list[bytes | None] = [None] * len(names)
         runs = max(1, min(self.commit_threads, len(names)))
+        if runs == 1:
+            return self.store.read_in_dir(directory, names, whole)
 
         def read(run: range) -> None:
-            for i, raw in zip(run, self.store.read_in_dir(directory, [names[i] for i in run])):
+            for i, raw in zip(run, self.store.read_in_dir(directory, [names[i] for i in run], whole)):
                 data[i] = raw
 
         parallel(read, [range(k, len(names), runs) for k in range(runs)], runs)
-        found = [i for i, raw in enumerate(data) if raw is not None]
-        recs = TaskCommitRecord.from_json_many([data[i] for i in found], [tasks[i] for i in found],  # type: ignore
-                                               lambda k: self.store.url(f"{directory}/{names[found[k]]}"))
-        return {tasks[i]: rec for i, rec in zip(found, recs) if rec.job_uuid == job_uuid}
+        return data
 
     def app_records(self, app: int, job_uuid: str) -> list[TaskCommitRecord]:
         """Every task commit record of one application attempt (of generation *job_uuid*)."""

@@ -16,6 +16,7 @@ in the task, in parallel, not in the job commit, which is then one rename per fi
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .errors import InvalidOutputSpec
@@ -58,8 +59,25 @@ def task_name(task: int) -> str:
     return f"task_{task:05d}"
 
 
+def task_record_name(task: int) -> str:
+    """The name of a task's commit record in its application attempt's :meth:`JobLayout.commits_dir`."""
+    return task_record_names((task,))[0]
+
+
+def task_record_names(tasks: Iterable[int]) -> list[str]:
+    """:func:`task_record_name` of each of *tasks* (job commit names 10,000 and more at once): :func:`task_name`
+    and ``.json``."""
+    return [f"task_{task:05d}.json" for task in tasks]
+
+
 def attempt_name(task: int, attempt: int) -> str:
-    return f"attempt_{task:05d}_{attempt}"
+    """A task attempt's name: its work directory, its claim (:func:`parse_attempt_name` reads it back)."""
+    return attempt_names((task,), (attempt,))[0]
+
+
+def attempt_names(tasks: Iterable[int], attempts: Iterable[int]) -> list[str]:
+    """:func:`attempt_name` of each pair of *tasks* and *attempts* (job commit's 10,000 winners at once)."""
+    return [f"attempt_{task:05d}_{attempt}" for task, attempt in zip(tasks, attempts)]
 
 
 def parse_attempt_name(name: str) -> tuple[int, int] | None:
@@ -198,4 +216,4 @@ class JobLayout:
         return f"{self.app_dir(app)}/_committed"
 
     def task_record(self, app: int, task: int) -> str:
-        return f"{self.commits_dir(app)}/{task_name(task)}.json"
+        return f"{self.commits_dir(app)}/{task_record_name(task)}"

@@ -10,7 +10,7 @@ from typing import Any
 
 from . import records
 from .job import Job
-from .layout import SUCCESS, attempt_name
+from .layout import SUCCESS, attempt_names
 from .ledger import COMMITTING, FAILED
 from .records.job import JobRecord
 
@@ -83,7 +83,8 @@ class JobStatus:
             winners = {(a, rec.task): rec.attempt for a in apps for rec in self.job.app_records(a, job.job_uuid)
                        if not rec.adopted}
         for a in apps:
-            won = {attempt_name(t, at) for (wa, t), at in winners.items() if wa == a}
+            mine = [(t, at) for (wa, t), at in winners.items() if wa == a]
+            won = set(attempt_names([t for t, _ in mine], [at for _, at in mine]))
             for trace in self.job.ledger.traces(a, leave_out=won):
                 hist = out.setdefault(trace.task, no_history())
                 name = f"{a}.{trace.attempt}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 from airflow_commit_provider.protocol import CorruptRecord, FileOutputCommitter, run_task_attempt
 from airflow_commit_provider.protocol import records
 from airflow_commit_provider.protocol.records.task import FileEntry, TaskCommitRecord
+from airflow_commit_provider.protocol.stores.local import LocalStore
 
 FIXTURE = Path(__file__).parent / "fixtures" / "records_head"
 JOB = "records-head"
@@ -256,3 +258,54 @@ def test_long_lists_encode_to_jsons_bytes(value):
     what it was, escapes and non-ASCII included."""
     assert records.encode_plain(value) == records.encode(value) == json.dumps(
         value, separators=(",", ":"), default=str).encode()
+
+
+# ---------------------------------------------------------------------------------------------- job commit's reads
+def test_records_decoded_at_once_are_the_records_decoded_one_by_one():
+    """Job commit decodes all its records in one call (``decode_many``): the same records ``from_json`` reads, one
+    by one; a batch holding a record it does not take (an upload, which ``from_doc`` checks; one cut short; a
+    record of another task) is not decoded at once, and ``from_json_many`` then reads each as ``from_json`` does."""
+    paths = [p for p in head_records() if "magic" not in p.parts]
+    datas = [p.read_bytes() for p in paths]
+    tasks = [int(p.stem[5:]) for p in paths]
+    one_by_one = [TaskCommitRecord.from_json(d, str(p)) for d, p in zip(datas, paths)]
+    assert TaskCommitRecord.decode_many(datas, tasks) == one_by_one
+    upload = json.dumps(magic_doc(), separators=(",", ":")).encode()
+    assert TaskCommitRecord.from_json(upload, WHERE).files[0].upload_id == "2~upload"
+    for bad_batch, bad_tasks in [(datas + [upload], tasks + [2]), (datas[:-1] + [datas[-1][:-1]], tasks),
+                                 (datas, tasks[1:] + tasks[:1])]:
+        assert TaskCommitRecord.decode_many(bad_batch, bad_tasks) is None
+    mixed = TaskCommitRecord.from_json_many(datas + [upload], tasks + [2], lambda i: WHERE)
+    assert mixed[:-1] == one_by_one and mixed[-1].files[0].parts == ((1, '"etag-1"'), (2, '"etag-2"'))
+    no_parts = magic_doc()
+    del no_parts["files"][0]["parts"]
+    with pytest.raises(CorruptRecord, match=r"task_00007\.json lacks the field 'files\[0\]\.parts'"):
+        TaskCommitRecord.from_json_many(datas + [json.dumps(no_parts).encode()], tasks + [2], lambda i: WHERE)
+
+
+class CutFirstReads(LocalStore):
+    """The local disk, read as a network file system may: a first read returns less than it asked for, and less
+    than the file (POSIX allows it; NFS and FUSE do it), here half of every task commit record."""
+
+    reads_whole = 0
+
+    def read_in_dir(self, rel: str, names: Sequence[str], whole: bool = True) -> list[bytes | None]:
+        got = super().read_in_dir(rel, names, whole)
+        if whole:
+            self.reads_whole += 1
+            return got
+        return [None if data is None else data[: len(data) // 2] for data in got]
+
+
+def test_a_record_cut_by_a_short_read_is_read_again_whole_not_taken_for_damaged(tmp_path):
+    """Job commit reads each record with one system call where a short read is the end of the file (a local
+    disk); when its records do not decode at once, it reads them again whole: a record cut short by the file
+    system is committed, not refused as corrupt."""
+    root = tmp_path / "out"
+    root.mkdir()
+    shutil.copytree(FIXTURE / "_temporary", root / "_temporary")
+    store = CutFirstReads(str(root))
+    c = FileOutputCommitter(store, JOB, algorithm=1, mode="append", partition_by=["day"])
+    manifest = c.commit_job(4)
+    assert store.reads_whole >= 1, "the records were read again whole"
+    assert committed_tasks(str(root)) == [0, 1, 2, 3] and manifest["totals"]["files"] == 4

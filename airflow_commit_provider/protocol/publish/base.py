@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from ..errors import CorruptRecord, InvalidOutputSpec
@@ -148,14 +149,17 @@ class Publisher:
         made after the record was read is one whose commit finished."""
         if not self.moves_after_record:
             return
-        by_parent: dict[str, list[TaskCommitRecord]] = {}
-        for rec in recs:
-            if not rec.adopted and rec.work_dir:
-                by_parent.setdefault(partition_of(rec.work_dir), []).append(rec)
+        # the parents first, listed once each: as a rule every task commit finished and they hold no attempt
+        # directory, so the records are not gone through again (10,000 of them: a third of the time)
+        ours = [rec for rec in recs if not rec.adopted and rec.work_dir]
+        left = {parent: names for parent in {rec.work_dir.rpartition("/")[0] for rec in ours}
+                if (names := set(self.store.list_dir(parent)))}
         pending = []
-        for parent, group in by_parent.items():
-            names = set(self.store.list_dir(parent))
-            pending += [rec for rec in group if rec.work_dir.rsplit("/", 1)[-1] in names]
+        if left:
+            for rec in ours:
+                parent, _, name = rec.work_dir.rpartition("/")
+                if name in left.get(parent, ()):
+                    pending.append(rec)
         parallel(self.complete_task_commit, pending, self.threads)
 
     # ------------------------------------------------------------------ job side
@@ -170,7 +174,7 @@ class Publisher:
         for d in sorted({partition_of(dst) for _, dst, _ in moves} - {""}):
             self.store.makedirs(d)
         try:
-            self.store.publish_files(moves, self.threads, lambda: inject("commit_job.mid_move"))
+            self.store.publish_files(moves, self.threads, partial(inject, "commit_job.mid_move"))
         except FileNotFoundError as exc:
             raise CorruptRecord(f"job {self.job_id}: {exc} is gone and its destination was never written; the "
                                 "data was deleted outside the protocol") from None

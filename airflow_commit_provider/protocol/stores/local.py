@@ -46,6 +46,7 @@ class LocalStore(Store):
     """The local disk through :mod:`os`: ``os.link`` for exclusive creation and moves that refuse to replace."""
 
     link_moves = True
+    cuts_first_reads = True
     renames_directories = True
     has_directories = True
     default_commit_threads = 1
@@ -93,9 +94,10 @@ class LocalStore(Store):
         finally:
             os.close(fd)
 
-    def read_in_dir(self, rel: str, names: Sequence[str]) -> list[bytes | None]:
+    def read_in_dir(self, rel: str, names: Sequence[str], whole: bool = True) -> list[bytes | None]:
         # each name opened relative to the directory, opened once: the kernel then does not walk the whole path
-        # again for every record (a fifth of the time of reading 10,000 task records)
+        # again for every record (a fifth of the time of reading 10,000 task records); without *whole*, a read
+        # that filled less than it asked is taken as the end of the file (one system call less per record)
         try:
             dir_fd = os.open(self._p(rel), os.O_RDONLY | os.O_DIRECTORY)
         except FileNotFoundError:
@@ -109,7 +111,11 @@ class LocalStore(Store):
                     out.append(None)
                     continue
                 try:
-                    out.append(_read_to_end(fd))
+                    if whole:
+                        out.append(_read_to_end(fd))
+                    else:
+                        first = os.read(fd, _FIRST_READ)
+                        out.append(first if len(first) < _FIRST_READ else first + _read_to_end(fd))
                 finally:
                     os.close(fd)
             return out
@@ -299,17 +305,22 @@ class LocalStore(Store):
         # interrupted run did already still counts: its directories may not have been synced by that run
         touched: set[str] = set()
         durable = self._sync.enabled   # without fsyncs, nothing needs the directories: no per-file work for them
+        root = self.root
 
         def move(item: tuple[str, str, int | None]) -> None:
-            src_path, dst_path = self._p(item[0]), self._p(item[1])
-            if durable:   # both are "<root>/<rel>" (:meth:`_p`): the parent is what precedes the last "/"
+            # the hot loop of a commit (one call per file): the paths as :meth:`_p` makes them, the rename straight
+            src_path, dst_path = f"{root}/{item[0]}", f"{root}/{item[1]}"
+            if durable:   # both are "<root>/<rel>": the parent is what precedes the last "/"
                 touched.update((src_path.rpartition("/")[0], dst_path.rpartition("/")[0]))
             try:
-                self._with_parent(os.replace, src_path, dst_path)
+                os.replace(src_path, dst_path)
             except FileNotFoundError:
-                if not os.path.lexists(dst_path):
-                    raise FileNotFoundError(self.url(item[0])) from None
-                return
+                try:
+                    self._with_parent(os.replace, src_path, dst_path)
+                except FileNotFoundError:
+                    if not os.path.lexists(dst_path):
+                        raise FileNotFoundError(self.url(item[0])) from None
+                    return
             after_each()
 
         parallel(move, list(moves), threads)
