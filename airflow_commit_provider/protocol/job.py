@@ -197,8 +197,9 @@ class Job:
         microseconds: a pool task per record cost more than the read), each run one
         :meth:`~.stores.Store.read_in_dir` of the records' directory, decoded at once when all are read
         (:meth:`~.records.task.TaskCommitRecord.decode_many`). Each record is read with one read where the store
-        :attr:`~.stores.Store.cuts_first_reads`; when they do not all decode at once, they are read again whole and
-        decoded one by one, which names a record that is wrong (a read cut short is not a damaged record).
+        :attr:`~.stores.Store.cuts_first_reads` (:meth:`~.stores.Store.read_in_dir_once`); when they do not all
+        decode at once, they are read again whole and decoded one by one, which names a record that is wrong (a
+        read cut short is not a damaged record).
         *listed*: the names a listing of the directory found (job commit makes one anyway): the other tasks'
         records are not opened."""
         directory = self.layout.commits_dir(app)
@@ -207,7 +208,7 @@ class Job:
             there = [i for i, name in enumerate(names) if name in listed]
             if len(there) < len(names):
                 tasks, names = [tasks[i] for i in there], [names[i] for i in there]
-        data = self._read_records(directory, names, whole=not self.store.cuts_first_reads)
+        data = self._read_records(directory, names, whole=False)
         found = [i for i, raw in enumerate(data) if raw is not None]
         got, of = [data[i] for i in found], [tasks[i] for i in found]
         recs = TaskCommitRecord.decode_many(got, of)  # type: ignore[arg-type]
@@ -224,14 +225,15 @@ class Job:
         """The files *names* of *directory*, in :attr:`commit_threads` runs (:meth:`task_records`)."""
         data: list[bytes | None] = [None] * len(names)
         runs = max(1, min(self.commit_threads, len(names)))
+        read = self.store.read_in_dir if whole else self.store.read_in_dir_once
         if runs == 1:
-            return self.store.read_in_dir(directory, names, whole)
+            return read(directory, names)
 
-        def read(run: range) -> None:
-            for i, raw in zip(run, self.store.read_in_dir(directory, [names[i] for i in run], whole)):
+        def read_run(run: range) -> None:
+            for i, raw in zip(run, read(directory, [names[i] for i in run])):
                 data[i] = raw
 
-        parallel(read, [range(k, len(names), runs) for k in range(runs)], runs)
+        parallel(read_run, [range(k, len(names), runs) for k in range(runs)], runs)
         return data
 
     def app_records(self, app: int, job_uuid: str) -> list[TaskCommitRecord]:

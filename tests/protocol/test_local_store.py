@@ -4,6 +4,7 @@ files without a stat. Correctness at the edges that a fast path could get wrong.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import pytest
 
@@ -56,6 +57,9 @@ class OldSignatureStore(LocalStore):
 
     def list_names(self, rel: str) -> list[str]:
         return super().list_names(rel)
+
+    def read_in_dir(self, rel: str, names: Sequence[str]) -> list[bytes | None]:
+        return super().read_in_dir(rel, names)
 
 
 def test_a_store_written_against_the_previous_interface_still_commits(tmp_path):

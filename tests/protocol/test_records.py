@@ -289,12 +289,12 @@ class CutFirstReads(LocalStore):
 
     reads_whole = 0
 
-    def read_in_dir(self, rel: str, names: Sequence[str], whole: bool = True) -> list[bytes | None]:
-        got = super().read_in_dir(rel, names, whole)
-        if whole:
-            self.reads_whole += 1
-            return got
-        return [None if data is None else data[: len(data) // 2] for data in got]
+    def read_in_dir(self, rel: str, names: Sequence[str]) -> list[bytes | None]:
+        self.reads_whole += 1
+        return super().read_in_dir(rel, names)
+
+    def read_in_dir_once(self, rel: str, names: Sequence[str]) -> list[bytes | None]:
+        return [None if data is None else data[: len(data) // 2] for data in super().read_in_dir_once(rel, names)]
 
 
 def test_a_record_cut_by_a_short_read_is_read_again_whole_not_taken_for_damaged(tmp_path):
@@ -309,3 +309,39 @@ def test_a_record_cut_by_a_short_read_is_read_again_whole_not_taken_for_damaged(
     manifest = c.commit_job(4)
     assert store.reads_whole >= 1, "the records were read again whole"
     assert committed_tasks(str(root)) == [0, 1, 2, 3] and manifest["totals"]["files"] == 4
+
+
+def _with(key: str, value: str) -> Any:
+    """A damage: *key* written once more, with *value* (JSON), at the record's end (``json`` reads the last)."""
+    return lambda data: data[:-1] + f',"{key}":{value}}}'.encode()
+
+
+def _upload_null(data: bytes) -> bytes:
+    return data.replace(b'"rows":', b'"upload_id":null,"rows":', 1)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (_with("stats", "[1]"), "field 'stats' has type list"),
+    (lambda d: _with("stats", "[1]")(_upload_null(d)), "field 'stats' has type list"),
+    (_with("version", "2"), "unsupported record version 2"),
+    (lambda d: _with("version", "2")(_upload_null(d)), "unsupported record version 2"),
+    (_with("format", '"airflow-commit-provider/job-commit"'), "is not an airflow-commit-provider task-commit record"),
+    (lambda d: head_record(1, 0), "holds the commit record of task 0, not of task 3"),
+    (lambda d: d.replace(b'"task":3,', b'"task":9,', 1), "holds the commit record of task 9, not of task 3"),
+], ids=["stats-list", "stats-list-upload-null", "version-again", "version-again-upload-null", "format-again",
+        "another-tasks-record", "task-field-changed"])
+def test_a_damaged_record_job_commit_reads_at_once_is_refused_as_when_read_alone(tmp_path, damage, message):
+    """What job commit decodes at once (msgspec) it accepts only where reading the record alone (``json`` and
+    ``from_doc``) would: a repeated ``format`` or ``version`` (``json`` reads the last), ``stats`` that are no
+    object, an ``upload_id`` of null beside either, a record at another task's name. Each is refused naming the
+    record, nothing visible changed (all were committed before, some named as another task's clash)."""
+    root, c = head_job(tmp_path)
+    record = Path(root) / "_temporary" / JOB / "1" / "_commits" / "task_00003.json"
+    record.write_bytes(damage(record.read_bytes()))
+    if "holds the commit record" not in message:   # alone, a record does not know its name
+        with pytest.raises(CorruptRecord, match=message):
+            TaskCommitRecord.from_json(record.read_bytes(), str(record))
+    with pytest.raises(CorruptRecord, match=rf"task_00003\.json.*{message}"):
+        c.commit_job(4)
+    assert not os.path.exists(os.path.join(root, "_SUCCESS"))
+    assert not any(p.suffix == ".parquet" for p in Path(root).glob("day=*/*"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
@@ -74,7 +74,7 @@ class RecoverTasks(Stage[Sequence[int], dict[int, TaskCommitRecord]]):
             shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
             raise JobIncomplete(f"job {scope.job_id} cannot commit: {len(missing)} of {len(tasks)} expected task(s) "
                                 f"have no committed attempt: {shown}{refused_hint(refused, missing)}", missing)
-        clashes = clashing_names([recs[t] for t in tasks])
+        clashes = clashing_names({t: recs[t] for t in tasks})
         if clashes:
             path, (first, second, *_) = next(iter(clashes.items()))
             refuse_for_names(scope, job, [recs[t] for t in sorted({t for ts in clashes.values() for t in ts})],
@@ -87,16 +87,16 @@ class RecoverTasks(Stage[Sequence[int], dict[int, TaskCommitRecord]]):
         return {"tasks": len(out), "files": sum(len(r.files) for r in out.values())}
 
 
-def clashing_names(recs: Sequence[TaskCommitRecord]) -> dict[str, list[int]]:
-    """The file names more than one of *recs* wrote, each with its writers: none, as a rule, which one set of all
-    the names tells (10,000 files: a writer list per name took three times as long)."""
-    paths = [f.path for rec in recs for f in rec.files]
+def clashing_names(recs: Mapping[int, TaskCommitRecord]) -> dict[str, list[int]]:
+    """The file names more than one of the records *recs* (by task) wrote, each with its writers: none, as a rule,
+    which one set of all the names tells (10,000 files: a writer list per name took three times as long)."""
+    paths = [f.path for rec in recs.values() for f in rec.files]
     if len(set(paths)) == len(paths):
         return {}
     writers: dict[str, list[int]] = {}
-    for rec in recs:
+    for task, rec in recs.items():
         for f in rec.files:
-            writers.setdefault(f.path, []).append(rec.task)
+            writers.setdefault(f.path, []).append(task)
     return {path: ts for path, ts in writers.items() if len(ts) > 1}
 
 

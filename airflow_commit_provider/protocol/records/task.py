@@ -122,6 +122,10 @@ class TaskCommitRecord(msgspec.Struct, frozen=True):
     #: as read: the JSON dict, or (decoded by msgspec, the job commit's fast path) its bytes undecoded, which only
     #: an audit reads (:attr:`stats_doc`): a job commit of 10,000 records does not decode 10,000 of them
     stats: msgspec.Raw = None   # type: ignore[assignment]
+    #: the ``format`` and ``version`` msgspec read (the last of a repeated key, as ``json`` reads it; never
+    #: written: :meth:`to_json` stamps them), which its fast paths check (:func:`_as_from_doc`)
+    record_format: str = msgspec.field(default=_FORMAT, name="format")
+    record_version: int = msgspec.field(default=records.VERSION, name="version")
 
     @property
     def stats_doc(self) -> dict[str, Any] | None:
@@ -200,11 +204,14 @@ class TaskCommitRecord(msgspec.Struct, frozen=True):
         a sixth of the time of ``json`` and :meth:`from_doc`. msgspec is as strict (no ``bool`` for an ``int``,
         no ``float``, every field without a default required, unknown fields ignored); anything it refuses, and
         any other record, takes :meth:`from_doc`, which accepts the same records and names what is wrong."""
-        if data.startswith(_HEAD) and b'"upload_id"' not in data and b'"parts"' not in data:   # uploads: from_doc
+        if data.startswith(_HEAD):
             try:
-                return _DECODER.decode(data)
+                rec = _DECODER.decode(data)
             except msgspec.MsgspecError:   # not JSON, or a field of another type: from_doc says which
                 pass
+            else:
+                if _as_from_doc([rec]):
+                    return rec
         return cls.from_doc(records.parse(KIND, data, where), where)
 
     @classmethod
@@ -212,8 +219,9 @@ class TaskCommitRecord(msgspec.Struct, frozen=True):
         """Every record *datas* (of *tasks*, in order) in one msgspec call, as one JSON array: job commit's 10,000
         records, where every one is the common record (written by :meth:`to_json`, no upload); ``None`` when one
         is not. The array is taken only when it holds one record per input, each of its task: bytes that are not
-        one JSON object each (a record cut short, or two in one file) fail that. Uploads are looked for in what
-        was decoded (searching the bytes for their keys cost half as much as decoding them)."""
+        one JSON object each (a record cut short, or two in one file) fail that; and only when what msgspec
+        decoded is what :meth:`from_doc` would read (:func:`_as_from_doc`: looked for in what was decoded, where
+        searching the bytes for upload keys cost half as much as decoding them)."""
         if not datas:
             return []
         if not all(d.startswith(_HEAD) for d in datas):
@@ -224,17 +232,23 @@ class TaskCommitRecord(msgspec.Struct, frozen=True):
             return None
         if len(out) != len(datas) or list(map(_task_of, out)) != list(tasks):
             return None
-        if any(f.upload_id is not None or f.parts is not None for rec in out for f in rec.files):
-            return None   # :meth:`from_doc` checks an upload's parts
-        return out
+        return out if _as_from_doc(out) else None
 
     @classmethod
     def from_json_many(cls, datas: Sequence[bytes], tasks: Sequence[int],
                        where: Callable[[int], str]) -> list[TaskCommitRecord]:
         """:meth:`from_json` of every record *datas* (of *tasks*, in order): at once where :meth:`decode_many` can,
-        else one by one, through :meth:`from_json`, which names the one that is wrong (*where* of its index)."""
+        else one by one, through :meth:`from_json`, which names the one that is wrong (*where* of its index), a
+        record of another task included (a file copied over another's name)."""
         out = cls.decode_many(datas, tasks)
-        return out if out is not None else [cls.from_json(d, where(i)) for i, d in enumerate(datas)]
+        if out is not None:
+            return out
+        out = [cls.from_json(d, where(i)) for i, d in enumerate(datas)]
+        for i, (rec, task) in enumerate(zip(out, tasks)):
+            if rec.task != task:
+                raise CorruptRecord(f"{where(i)} holds the commit record of task {rec.task}, not of task {task}; the "
+                                    "task commit record is corrupt")
+        return out
 
     @classmethod
     def read(cls, store: Store, rel: str) -> TaskCommitRecord | None:
@@ -294,5 +308,15 @@ class TaskCommitRecord(msgspec.Struct, frozen=True):
 _DECODER = msgspec.json.Decoder(TaskCommitRecord)
 _MANY = msgspec.json.Decoder(list[TaskCommitRecord])
 _task_of = operator.attrgetter("task")
+
+
+def _as_from_doc(recs: Sequence[TaskCommitRecord]) -> bool:
+    """Whether records msgspec decoded are what :meth:`TaskCommitRecord.from_doc` reads from the same bytes, for
+    the fast paths: their format and version this class's, ``stats`` an object (msgspec keeps any JSON value raw),
+    and no upload (``from_doc`` checks an upload's parts, and drops parts without one). A pass per check, in C
+    where it can: job commit checks 10,000 at once."""
+    return (all(rec.record_format == _FORMAT and rec.record_version == records.VERSION for rec in recs)
+            and not any(f.upload_id is not None or f.parts is not None for rec in recs for f in rec.files)
+            and all(memoryview(rec.stats)[:1] == b"{" for rec in recs if rec.stats is not None))
 
 __all__ = ["FileEntry", "KIND", "TaskCommitRecord"]

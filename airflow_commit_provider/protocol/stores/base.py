@@ -74,16 +74,10 @@ class Store(ABC):
     def read_bytes(self, rel: str) -> bytes:
         """Content of a file; :class:`FileNotFoundError` when it does not exist."""
 
-    #: whether :meth:`read_in_dir` without *whole* may return a file cut short (its first read only)
-    cuts_first_reads: bool = False
-
-    def read_in_dir(self, rel: str, names: Sequence[str], whole: bool = True) -> list[bytes | None]:
+    def read_in_dir(self, rel: str, names: Sequence[str]) -> list[bytes | None]:
         """The content of each file *names* of the directory *rel*, ``None`` for one that does not exist: how job
         commit reads its task records, thousands in one directory. Here one :meth:`read_bytes` each; the local
-        store opens the directory once, and each name in it. Without *whole*, a store that
-        :attr:`cuts_first_reads` returns what one read gave where that was less than it asked for: the end of
-        the file on a local disk, but maybe not on a network file system, so the caller checks what it got (a JSON
-        record cut short does not decode) and reads again whole."""
+        store opens the directory once, and each name in it."""
         out: list[bytes | None] = []
         for name in names:
             try:
@@ -91,6 +85,16 @@ class Store(ABC):
             except FileNotFoundError:
                 out.append(None)
         return out
+
+    #: whether :meth:`read_in_dir_once` may return a file cut short
+    cuts_first_reads: bool = False
+
+    def read_in_dir_once(self, rel: str, names: Sequence[str]) -> list[bytes | None]:
+        """:meth:`read_in_dir`, where a store that :attr:`cuts_first_reads` reads each file with one read, and
+        returns what it gave when that was less than it asked for: the end of the file on a local disk, but maybe
+        not on a network file system, so the caller checks what it got (a JSON record cut short does not decode)
+        and reads again with :meth:`read_in_dir`. Here :meth:`read_in_dir`."""
+        return self.read_in_dir(rel, names)
 
     def read_tail(self, rel: str, size: int) -> bytes:
         """The last *size* bytes of a file (all of it when smaller): a Parquet footer without the data."""
