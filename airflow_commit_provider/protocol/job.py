@@ -186,9 +186,12 @@ class Job:
 
     def task_record(self, app: int, task: int, job_uuid: str) -> TaskCommitRecord | None:
         """The task's commit record in application attempt *app*, if it belongs to generation *job_uuid*: a zombie
-        of a purged generation may have written one into a directory a later generation reuses."""
-        rec = TaskCommitRecord.read(self.store, self.layout.task_record(app, task))
-        return rec if rec is not None and rec.job_uuid == job_uuid else None
+        of a purged generation may have written one into a directory a later generation reuses. One of the
+        generation that is another task's is refused (:meth:`~.records.task.TaskCommitRecord.of_task`), here as
+        where job commit reads them all at once: recovered, it would be adopted as this task."""
+        rel = self.layout.task_record(app, task)
+        rec = TaskCommitRecord.read(self.store, rel)
+        return rec.of_task(task, self.store.url(rel)) if rec is not None and rec.job_uuid == job_uuid else None
 
     def task_records(self, app: int, tasks: Sequence[int], job_uuid: str,
                      listed: Container[str] | None = None) -> dict[int, TaskCommitRecord]:
@@ -219,7 +222,8 @@ class Job:
                 got, of = [data[i] for i in found], [tasks[i] for i in found]
             recs = TaskCommitRecord.from_json_many(got, of,  # type: ignore[arg-type]
                                                    lambda k: self.store.url(f"{directory}/{names[found[k]]}"))
-        return {task: rec for task, rec in zip(of, recs) if rec.job_uuid == job_uuid}
+        return {task: rec if rec.task == task else rec.of_task(task, self.store.url(f"{directory}/{name}"))
+                for task, name, rec in zip(of, [names[i] for i in found], recs) if rec.job_uuid == job_uuid}
 
     def _read_records(self, directory: str, names: Sequence[str], whole: bool) -> list[bytes | None]:
         """The files *names* of *directory*, in :attr:`commit_threads` runs (:meth:`task_records`)."""

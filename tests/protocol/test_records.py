@@ -345,3 +345,34 @@ def test_a_damaged_record_job_commit_reads_at_once_is_refused_as_when_read_alone
         c.commit_job(4)
     assert not os.path.exists(os.path.join(root, "_SUCCESS"))
     assert not any(p.suffix == ".parquet" for p in Path(root).glob("day=*/*"))
+
+
+def test_a_record_of_another_task_in_an_earlier_attempt_is_refused_before_it_is_recovered(tmp_path):
+    """Recovery reads an earlier application attempt's records one at a time: a record there that is another
+    task's is refused as job commit's one pass refuses it, before it is adopted or planned (accepted there, the
+    plan named it and every resumed commit refused the same record: stuck)."""
+    root, c = head_job(tmp_path)
+    record = Path(root) / "_temporary" / JOB / "0" / "_commits" / "task_00002.json"
+    record.write_bytes(record.read_bytes().replace(b'"task":2,', b'"task":5,', 1))
+    for _ in range(2):   # the same verdict again: nothing was adopted or planned by the first
+        with pytest.raises(CorruptRecord, match=r"0/_commits/task_00002\.json holds the commit record of task 5, "
+                                                r"not of task 2"):
+            c.commit_job(4)
+    assert not (Path(root) / "_temporary" / JOB / "1" / "_commits" / "task_00002.json").exists()
+    assert not list((Path(root) / "_temporary" / JOB).glob("_commit_plan_*"))
+    assert not os.path.exists(os.path.join(root, "_SUCCESS"))
+
+
+def test_two_files_that_are_no_record_alone_are_not_two_records_together(tmp_path):
+    """Each record file is decoded on its own: one left open and another that closes it and then holds a record
+    were two valid records when job commit decoded its records joined into one array (from the first release of
+    that pass on); alone, each is refused, as reading it alone refuses it."""
+    root, c = head_job(tmp_path)
+    commits = Path(root) / "_temporary" / JOB / "1" / "_commits"
+    first, last = commits / "task_00000.json", commits / "task_00003.json"
+    record = last.read_bytes()
+    first.write_bytes(first.read_bytes()[:-1] + b',"x":[0')
+    last.write_bytes(record + b"]}," + record)
+    with pytest.raises(CorruptRecord, match=r"1/_commits/task_00000\.json"):
+        c.commit_job(4)
+    assert not os.path.exists(os.path.join(root, "_SUCCESS"))
