@@ -211,19 +211,22 @@ class Job:
             there = [i for i, name in enumerate(names) if name in listed]
             if len(there) < len(names):
                 tasks, names = [tasks[i] for i in there], [names[i] for i in there]
-        data = self._read_records(directory, names, whole=False)
-        found = [i for i, raw in enumerate(data) if raw is not None]
-        got, of = [data[i] for i in found], [tasks[i] for i in found]
-        recs = TaskCommitRecord.decode_many(got, of)  # type: ignore[arg-type]
+        def read(whole: bool) -> tuple[list[int], list[bytes]]:
+            """The indices of the records there, and their bytes."""
+            data = self._read_records(directory, names, whole)
+            found = [i for i, raw in enumerate(data) if raw is not None]
+            return found, [data[i] for i in found]  # type: ignore[misc]
+
+        found, got = read(whole=False)
+        recs = TaskCommitRecord.decode_many(got, [tasks[i] for i in found])
         if recs is None:
             if self.store.cuts_first_reads:
-                data = self._read_records(directory, names, whole=True)
-                found = [i for i, raw in enumerate(data) if raw is not None]
-                got, of = [data[i] for i in found], [tasks[i] for i in found]
-            recs = TaskCommitRecord.from_json_many(got, of,  # type: ignore[arg-type]
+                found, got = read(whole=True)
+            recs = TaskCommitRecord.from_json_many(got, [tasks[i] for i in found],
                                                    lambda k: self.store.url(f"{directory}/{names[found[k]]}"))
-        return {task: rec if rec.task == task else rec.of_task(task, self.store.url(f"{directory}/{name}"))
-                for task, name, rec in zip(of, [names[i] for i in found], recs) if rec.job_uuid == job_uuid}
+        return {tasks[i]: rec if rec.task == tasks[i] else
+                rec.of_task(tasks[i], self.store.url(f"{directory}/{names[i]}"))
+                for i, rec in zip(found, recs) if rec.job_uuid == job_uuid}
 
     def _read_records(self, directory: str, names: Sequence[str], whole: bool) -> list[bytes | None]:
         """The files *names* of *directory*, in :attr:`commit_threads` runs (:meth:`task_records`)."""

@@ -67,7 +67,7 @@ def task_record_name(task: int) -> str:
 def task_record_names(tasks: Iterable[int]) -> list[str]:
     """:func:`task_record_name` of each of *tasks* (job commit names 10,000 and more at once): :func:`task_name`
     and ``.json``."""
-    return [f"task_{task:05d}.json" for task in tasks]
+    return [f"{task_name(task)}.json" for task in tasks]
 
 
 def attempt_name(task: int, attempt: int) -> str:
